@@ -1,0 +1,61 @@
+package cdc
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Area gives typed atomic access to the CDC area at the start of a mapped
+// DMB. It holds a pointer into the DMB and is cheap to copy; the memory must
+// stay mapped for as long as the Area is used. All unsafe code and all raw
+// atomic access of this package live in this file.
+//
+// The zero Area is not usable; get one from [NewArea].
+type Area struct {
+	w *[AreaSize / 8]atomic.Uint64
+}
+
+// NewArea returns an Area for the CDC area at the start of dmb. dmb must be
+// at least AreaSize bytes long and its first byte 8-byte aligned (true for
+// every page-aligned mapping), since the cursor words are accessed as
+// atomic 64-bit values.
+func NewArea(dmb []byte) (Area, error) {
+	if len(dmb) < AreaSize {
+		return Area{}, fmt.Errorf("cdc: DMB of %d bytes is smaller than the %d-byte CDC area", len(dmb), AreaSize)
+	}
+	p := unsafe.Pointer(unsafe.SliceData(dmb))
+	if uintptr(p)%8 != 0 {
+		return Area{}, fmt.Errorf("cdc: DMB at %#x is not 8-byte aligned", uintptr(p))
+	}
+	return Area{w: (*[AreaSize / 8]atomic.Uint64)(p)}, nil
+}
+
+// SetType writes MsgType at byte 0. The owner does this once while
+// initialising the DMB, before the peer can see it, so a plain store is used.
+func (a Area) SetType() { *(*byte)(unsafe.Pointer(&a.w[OffType/8])) = MsgType }
+
+// Type returns byte 0 of the area, which is MsgType once [Area.SetType] ran.
+func (a Area) Type() byte { return *(*byte)(unsafe.Pointer(&a.w[OffType/8])) }
+
+// LoadProd atomically loads the producer cursor word (see [UnpackWord]).
+func (a Area) LoadProd() uint64 { return a.w[OffProd/8].Load() }
+
+// StoreProd atomically stores the producer cursor word (see [PackWord]).
+func (a Area) StoreProd(w uint64) { a.w[OffProd/8].Store(w) }
+
+// LoadCons atomically loads the consumer cursor word with its flag bytes.
+func (a Area) LoadCons() uint64 { return a.w[OffCons/8].Load() }
+
+// StoreCons atomically stores the consumer cursor word with its flag bytes.
+func (a Area) StoreCons(w uint64) { a.w[OffCons/8].Store(w) }
+
+// LoadWake atomically loads the wake word.
+func (a Area) LoadWake() uint64 { return a.w[OffWake/8].Load() }
+
+// OrWake atomically sets bits in the wake word and returns its old value.
+func (a Area) OrWake(bits uint64) uint64 { return a.w[OffWake/8].Or(bits) }
+
+// AndWake atomically ANDs the wake word with mask and returns its old value.
+// To clear bits b, pass ^b, e.g. a.AndWake(^WakeReader).
+func (a Area) AndWake(mask uint64) uint64 { return a.w[OffWake/8].And(mask) }

@@ -1,0 +1,141 @@
+package cdc
+
+import (
+	"encoding/binary"
+	"strconv"
+	"strings"
+)
+
+// Layout of the SMC-D CDC area (struct smcd_cdc_msg, net/smc/smc_cdc.h) at
+// offset 0 of every DMB. The ring payload starts at offset AreaSize.
+const (
+	AreaSize = 32   // sizeof(struct smcd_cdc_msg); ring data starts here
+	MsgType  = 0xFE // SMC_CDC_MSG_TYPE, byte 0
+
+	OffType = 0  // 1 byte: MsgType; bytes 1..7 reserved
+	OffProd = 8  // 8-byte producer cursor word (prod)
+	OffCons = 16 // 8-byte consumer cursor word (cons) with the flag bytes
+	// OffWake is the kernel's reserved res3[8]. smcloop uses it as the DMB
+	// owner's doorbell-suppression word (bits WakeReader, WakeWriter).
+	OffWake = 24
+)
+
+// Byte offsets inside one 8-byte cursor word (union smcd_cdc_cursor, packed).
+const (
+	wordOffWrap      = 0 // u16, host order
+	wordOffCount     = 2 // u32, host order
+	wordOffProdFlags = 6 // struct smc_cdc_producer_flags
+	wordOffConnFlags = 7 // struct smc_cdc_conn_state_flags
+)
+
+// Bits of the wake word at OffWake. The DMB owner sets a bit just before
+// its reader or writer sleeps on its eventfd; the peer rings the doorbell
+// after a cursor update only when the matching bit is set.
+const (
+	WakeReader uint64 = 1 << 0 // owner's reader waits for the peer's producer cursor
+	WakeWriter uint64 = 1 << 1 // owner's writer waits for the peer's consumer cursor
+)
+
+// ProdFlags is struct smc_cdc_producer_flags (SMC-REFERENCE §3.3), carried in
+// byte 6 of the consumer cursor word, i.e. byte 22 of the CDC area.
+type ProdFlags uint8
+
+// Producer flag bits; the most significant bit comes first on the wire.
+const (
+	WriteBlocked       ProdFlags = 0x80 // sender could not write everything: peer ring full
+	UrgDataPending     ProdFlags = 0x40 // urgent data announced, not yet written
+	UrgDataPresent     ProdFlags = 0x20 // last byte before the producer cursor is urgent
+	ConsCursUpdReq     ProdFlags = 0x10 // peer asks for a consumer cursor update
+	FailoverValidation ProdFlags = 0x08 // SMC-R replay after link failover
+
+	ProdFlagsReserved ProdFlags = 0x07
+)
+
+// ConnFlags is struct smc_cdc_conn_state_flags (SMC-REFERENCE §3.3), carried
+// in byte 7 of the consumer cursor word, i.e. byte 23 of the CDC area.
+type ConnFlags uint8
+
+// Connection state flag bits.
+const (
+	PeerDoneWriting ConnFlags = 0x80 // peer shut down its sending side
+	PeerConnClosed  ConnFlags = 0x40 // peer closed the connection
+	PeerConnAbort   ConnFlags = 0x20 // peer aborted the connection
+
+	ConnFlagsReserved ConnFlags = 0x1F
+)
+
+type flagName struct {
+	bit  uint8
+	name string
+}
+
+var prodFlagNames = [...]flagName{
+	{uint8(WriteBlocked), "write_blocked"},
+	{uint8(UrgDataPending), "urg_data_pending"},
+	{uint8(UrgDataPresent), "urg_data_present"},
+	{uint8(ConsCursUpdReq), "cons_curs_upd_req"},
+	{uint8(FailoverValidation), "failover_validation"},
+}
+
+var connFlagNames = [...]flagName{
+	{uint8(PeerDoneWriting), "peer_done_writing"},
+	{uint8(PeerConnClosed), "peer_conn_closed"},
+	{uint8(PeerConnAbort), "peer_conn_abort"},
+}
+
+// String lists the set flags by their kernel field names joined by "|",
+// followed by any reserved bits in hex; no flags is "0".
+func (f ProdFlags) String() string { return formatFlags(uint8(f), prodFlagNames[:]) }
+
+// String lists the set flags by their kernel field names joined by "|",
+// followed by any reserved bits in hex; no flags is "0".
+func (f ConnFlags) String() string { return formatFlags(uint8(f), connFlagNames[:]) }
+
+func formatFlags(v uint8, names []flagName) string {
+	if v == 0 {
+		return "0"
+	}
+	var sb strings.Builder
+	for _, n := range names {
+		if v&n.bit == 0 {
+			continue
+		}
+		if sb.Len() > 0 {
+			sb.WriteByte('|')
+		}
+		sb.WriteString(n.name)
+		v &^= n.bit
+	}
+	if v != 0 {
+		if sb.Len() > 0 {
+			sb.WriteByte('|')
+		}
+		sb.WriteString("0x")
+		sb.WriteString(strconv.FormatUint(uint64(v), 16))
+	}
+	return sb.String()
+}
+
+// PackWord builds the 8-byte cursor word of union smcd_cdc_cursor and
+// returns it as the host-order uint64 that [Area] stores atomically: bytes
+// 0-1 wrap, 2-5 count (both host order), byte 6 producer flags, byte 7
+// connection state flags. The producer cursor word carries zero flags.
+func PackWord(c Cursor, pf ProdFlags, cf ConnFlags) uint64 {
+	var b [8]byte
+	binary.NativeEndian.PutUint16(b[wordOffWrap:], c.Wrap)
+	binary.NativeEndian.PutUint32(b[wordOffCount:], c.Count)
+	b[wordOffProdFlags] = byte(pf)
+	b[wordOffConnFlags] = byte(cf)
+	return binary.NativeEndian.Uint64(b[:])
+}
+
+// UnpackWord splits a cursor word loaded from an [Area] into its cursor and
+// flag bytes; it is the inverse of [PackWord]. The result is not validated:
+// pass the cursor to [Advance] before using it.
+func UnpackWord(w uint64) (c Cursor, pf ProdFlags, cf ConnFlags) {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], w)
+	c.Wrap = binary.NativeEndian.Uint16(b[wordOffWrap:])
+	c.Count = binary.NativeEndian.Uint32(b[wordOffCount:])
+	return c, ProdFlags(b[wordOffProdFlags]), ConnFlags(b[wordOffConnFlags])
+}

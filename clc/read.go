@@ -1,0 +1,130 @@
+package clc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// Message is a decoded CLC message: *Proposal, *AcceptConfirm or *Decline.
+type Message interface {
+	Len() int
+}
+
+var (
+	_ Message = (*Proposal)(nil)
+	_ Message = (*AcceptConfirm)(nil)
+	_ Message = (*Decline)(nil)
+)
+
+// Parse decodes a complete message of any type, dispatching on the type
+// byte of its header.
+func Parse(msg []byte) (Message, error) {
+	h, err := ParseHeader(msg)
+	if err != nil {
+		return nil, err
+	}
+	switch h.Type {
+	case TypeProposal:
+		return ParseProposal(msg)
+	case TypeAccept, TypeConfirm:
+		return ParseAcceptConfirm(msg)
+	case TypeDecline:
+		return ParseDecline(msg)
+	}
+	return nil, fieldErr(h.Type, "type", h.Type, "1..4")
+}
+
+// lenBounds returns the shortest and longest length ReadMsg accepts for a
+// message type.
+func lenBounds(t MsgType) (minLen, maxLen int) {
+	switch t {
+	case TypeProposal:
+		return MinProposalLen, MaxProposalLen
+	case TypeAccept, TypeConfirm:
+		return AcceptConfirmLenV1, MaxMsgLen
+	default:
+		return DeclineLenV1, MaxMsgLen
+	}
+}
+
+// ReadMsg reads one CLC message from r as the kernel's smc_clc_wait_msg
+// does and returns its type and raw bytes (header through trailer), ready
+// for Parse. The bytes live in buf if it has the capacity, else in a new
+// slice.
+//
+// It reads the 8-byte header and checks the eyecatcher (SMCR or SMCD),
+// version >= 1, and that the type is expect or Decline; a header that fails
+// these checks is returned as an error with nothing more consumed. It then
+// checks the length against the type's bounds: a length below the minimum
+// is an error at once; a length above the maximum (MaxProposalLen for a
+// Proposal, MaxMsgLen otherwise) has its body drained in RecvBufLen chunks,
+// so the stream stays aligned on message boundaries, and is then an error.
+// The 16-bit length field caps the drain at 64 KiB. Finally the trailer
+// eyecatcher is checked, except for a Decline.
+//
+// Malformed input yields errors matching ErrProtocol. A stream ending
+// inside a message yields an error matching io.ErrUnexpectedEOF; ending
+// before the first byte, io.EOF. Other read errors (timeouts included) are
+// wrapped, so errors.Is sees through them. ReadMsg sets no deadline.
+func ReadMsg(r io.Reader, expect MsgType, buf []byte) (MsgType, []byte, error) {
+	var hb [HeaderLen]byte
+	if _, err := io.ReadFull(r, hb[:]); err != nil {
+		return 0, nil, fmt.Errorf("clc: reading header: %w", err)
+	}
+	h, err := ParseHeader(hb[:])
+	if err != nil {
+		return 0, nil, err
+	}
+	if h.Type != expect && h.Type != TypeDecline {
+		return 0, nil, fieldErr(h.Type, "type", h.Type, expect.String()+" or decline")
+	}
+	minLen, maxLen := lenBounds(h.Type)
+	n := int(h.Length)
+	if n < minLen {
+		return 0, nil, fieldErr(h.Type, "length", n, ">= "+strconv.Itoa(minLen))
+	}
+	if n > maxLen {
+		if err := drain(r, n-HeaderLen); err != nil {
+			return 0, nil, fmt.Errorf("clc: %v: draining oversize message: %w", h.Type, err)
+		}
+		return 0, nil, fieldErr(h.Type, "length", n, "<= "+strconv.Itoa(maxLen))
+	}
+
+	var msg []byte
+	if cap(buf) >= n {
+		msg = buf[:n]
+	} else {
+		msg = make([]byte, n)
+	}
+	copy(msg, hb[:])
+	if _, err := io.ReadFull(r, msg[HeaderLen:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, fmt.Errorf("clc: %v: reading body: %w", h.Type, err)
+	}
+	if h.Type != TypeDecline && !validEyecatcher(msg[n-TrailerLen:]) {
+		var got [4]byte
+		copy(got[:], msg[n-TrailerLen:])
+		return 0, nil, fieldErr(h.Type, "trailer", got, "SMCR or SMCD (EBCDIC)")
+	}
+	return h.Type, msg, nil
+}
+
+// drain discards n bytes of r in RecvBufLen chunks.
+func drain(r io.Reader, n int) error {
+	var tmp [RecvBufLen]byte
+	for n > 0 {
+		k, err := io.ReadFull(r, tmp[:min(n, RecvBufLen)])
+		n -= k
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,312 @@
+package smcloop
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/ism"
+)
+
+// SendMode selects how a writer moves bytes into the peer's DMB.
+type SendMode int
+
+const (
+	// SendDefault takes the process default (SMCLOOP_SEND_MODE, else SendNoCopy).
+	SendDefault SendMode = iota
+	// SendNoCopy maps the peer's DMB and copies user bytes straight into it, as
+	// loopback-ism's "DMB no-copy": one copy on send, one on receive.
+	SendNoCopy
+	// SendCopy fills a private send buffer first and then moves the bytes into the peer's
+	// DMB (move_data), as SMC-D does without no-copy and as SMC-R must. For comparison.
+	SendCopy
+)
+
+func (m SendMode) String() string {
+	switch m {
+	case SendNoCopy:
+		return "nocopy"
+	case SendCopy:
+		return "copy"
+	default:
+		return "default"
+	}
+}
+
+// Config holds the per-connection settings. The zero value takes every process default;
+// process defaults come from SMCLOOP_* environment variables (read once, see Environment)
+// and otherwise follow the kernel's net.smc sysctl defaults.
+type Config struct {
+	// RMem is the requested receive buffer (DMB) size in bytes: 16 KiB to 1 MiB, rounded
+	// up to 16 KiB << c like the kernel's compressed size. Default SMCLOOP_RMEM, else
+	// 64 KiB (net.smc.rmem).
+	RMem int
+	// WMem is the send buffer size in bytes for SendCopy (in no-copy mode the peer's DMB
+	// is the send buffer). Default SMCLOOP_WMEM, else 64 KiB (net.smc.wmem).
+	WMem int
+	// SendMode chooses no-copy or copying sends. Default SMCLOOP_SEND_MODE, else no-copy.
+	SendMode SendMode
+	// BusyPoll is how long a blocked Read or Write spins on the shared cursors before it
+	// sleeps on its doorbell. A budget shorter than the round trip only adds spinning; use
+	// a few hundred microseconds or none. Default SMCLOOP_BUSY_POLL, else 0. Negative
+	// disables busy polling even if the environment sets it.
+	BusyPoll time.Duration
+	// DisableSMC turns SMC-D off for this side: a dialer still speaks CLC but declines
+	// with NOSMCDDEV, a listener declines every proposal. Also SMCLOOP_SMCD=off.
+	DisableSMC bool
+	// UEID is the user-defined EID offered and accepted in SMC-Dv2 (the kernel requires
+	// a common UEID or SEID). Default SMCLOOP_UEID, else "SMCLOOP".
+	UEID string
+	// HandshakeTimeout bounds each CLC wait (the kernel's CLC_WAIT_TIME, 6 s). A timeout
+	// is an error, not a fallback. Default SMCLOOP_CLC_TIMEOUT, else 6 s.
+	HandshakeTimeout time.Duration
+	// Device is the emulated ISM device to use; nil means the process's default device,
+	// opened on first use with SMCLOOP_MAX_DMBS as its DMB limit.
+	Device *ism.Device
+}
+
+// settings is a Config with every default resolved and validated.
+type settings struct {
+	rmem, wmem       int
+	sendMode         SendMode
+	busyPoll         time.Duration
+	smcd             bool
+	ueid             [clc.EIDLen]byte
+	handshakeTimeout time.Duration
+	device           *ism.Device
+}
+
+// envSetting describes one SMCLOOP_* variable.
+type envSetting struct {
+	doc   string
+	parse func(v string, d *envDefaults) error
+}
+
+type envDefaults struct {
+	rmem, wmem       int
+	sendMode         SendMode
+	busyPoll         time.Duration
+	smcd             bool
+	ueid             string
+	handshakeTimeout time.Duration
+	maxDMBs          int
+}
+
+var envSettings = map[string]envSetting{
+	"SMCLOOP_RMEM": {"receive buffer (DMB) size, 16K..1M", func(v string, d *envDefaults) (err error) {
+		d.rmem, err = parseSize(v)
+		return err
+	}},
+	"SMCLOOP_WMEM": {"send buffer size for copy mode, 16K..1M", func(v string, d *envDefaults) (err error) {
+		d.wmem, err = parseSize(v)
+		return err
+	}},
+	"SMCLOOP_SEND_MODE": {"nocopy or copy", func(v string, d *envDefaults) error {
+		switch strings.ToLower(v) {
+		case "nocopy":
+			d.sendMode = SendNoCopy
+		case "copy":
+			d.sendMode = SendCopy
+		default:
+			return fmt.Errorf("want nocopy or copy")
+		}
+		return nil
+	}},
+	"SMCLOOP_BUSY_POLL": {"spin budget before sleeping, e.g. 200us (0 = off)", func(v string, d *envDefaults) (err error) {
+		d.busyPoll, err = time.ParseDuration(v)
+		if err == nil && d.busyPoll < 0 {
+			err = fmt.Errorf("want a duration >= 0")
+		}
+		return err
+	}},
+	"SMCLOOP_SMCD": {"on or off", func(v string, d *envDefaults) error {
+		switch strings.ToLower(v) {
+		case "on", "1", "true":
+			d.smcd = true
+		case "off", "0", "false":
+			d.smcd = false
+		default:
+			return fmt.Errorf("want on or off")
+		}
+		return nil
+	}},
+	"SMCLOOP_UEID": {"user-defined EID, up to 32 of A-Z 0-9 . -", func(v string, d *envDefaults) error {
+		if _, err := clc.MakeEID(v); err != nil {
+			return err
+		}
+		d.ueid = v
+		return nil
+	}},
+	"SMCLOOP_CLC_TIMEOUT": {"CLC handshake wait, e.g. 6s", func(v string, d *envDefaults) (err error) {
+		d.handshakeTimeout, err = time.ParseDuration(v)
+		if err == nil && d.handshakeTimeout <= 0 {
+			err = fmt.Errorf("want a positive duration")
+		}
+		return err
+	}},
+	"SMCLOOP_MAX_DMBS": {"DMB limit of the default ISM device (default 5000)", func(v string, d *envDefaults) (err error) {
+		d.maxDMBs, err = strconv.Atoi(v)
+		if err == nil && d.maxDMBs <= 0 {
+			err = fmt.Errorf("want a positive count")
+		}
+		return err
+	}},
+}
+
+var (
+	envOnce sync.Once
+	envVal  envDefaults
+	envErr  error
+)
+
+// processDefaults reads the SMCLOOP_* environment once. An invalid value or an unknown
+// SMCLOOP_ name is an error reported by every Dial and Listen, so a typo cannot pass
+// silently.
+func processDefaults() (envDefaults, error) {
+	envOnce.Do(func() { envVal, envErr = readEnv(os.Environ()) })
+	return envVal, envErr
+}
+
+func readEnv(environ []string) (envDefaults, error) {
+	d := envDefaults{
+		rmem: 64 << 10, wmem: 64 << 10, sendMode: SendNoCopy, smcd: true,
+		ueid: "SMCLOOP", handshakeTimeout: clc.WaitTime,
+	}
+	for _, kv := range environ {
+		name, val, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "SMCLOOP_") {
+			continue
+		}
+		s, ok := envSettings[name]
+		if !ok {
+			return d, fmt.Errorf("smcloop: unknown environment variable %s; the settings are %s", name, strings.Join(Environment(), ", "))
+		}
+		if err := s.parse(val, &d); err != nil {
+			return d, fmt.Errorf("smcloop: %s=%q: %v (%s)", name, val, err, s.doc)
+		}
+	}
+	return d, nil
+}
+
+// Environment lists the SMCLOOP_* variables that set process defaults.
+func Environment() []string {
+	names := make([]string, 0, len(envSettings))
+	for n := range envSettings {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// parseSize accepts a byte count with an optional K, KiB, M or MiB suffix.
+func parseSize(s string) (int, error) {
+	mult := 1
+	u := strings.ToUpper(strings.TrimSpace(s))
+	for _, suf := range []struct {
+		s string
+		m int
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"K", 1 << 10}, {"M", 1 << 20}} {
+		if strings.HasSuffix(u, suf.s) {
+			u, mult = strings.TrimSuffix(u, suf.s), suf.m
+			break
+		}
+	}
+	n, err := strconv.Atoi(u)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("want a positive size such as 65536, 64K or 1M")
+	}
+	return n * mult, nil
+}
+
+// dmbSize rounds a requested buffer size up to the next DMB size, as the kernel's
+// smc_compress_bufsize does, and refuses sizes SMC-D cannot have.
+func dmbSize(field string, n int) (int, error) {
+	if n < 1 || n > ism.MaxDMBSize {
+		return 0, fmt.Errorf("smcloop: %s = %d is out of range: SMC-D buffers are 16 KiB to 1 MiB; set Config.%s or SMCLOOP_%s within that range",
+			field, n, field, strings.ToUpper(field))
+	}
+	size := ism.MinDMBSize
+	for size < n {
+		size <<= 1
+	}
+	return size, nil
+}
+
+// resolve applies process defaults to c and validates the result.
+func (c *Config) resolve() (*settings, error) {
+	env, err := processDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &settings{
+		rmem: env.rmem, wmem: env.wmem, sendMode: env.sendMode, busyPoll: env.busyPoll,
+		smcd: env.smcd && !c.DisableSMC, handshakeTimeout: env.handshakeTimeout, device: c.Device,
+	}
+	if c.RMem != 0 {
+		s.rmem = c.RMem
+	}
+	if c.WMem != 0 {
+		s.wmem = c.WMem
+	}
+	if s.rmem, err = dmbSize("RMem", s.rmem); err != nil {
+		return nil, err
+	}
+	if s.wmem, err = dmbSize("WMem", s.wmem); err != nil {
+		return nil, err
+	}
+	switch c.SendMode {
+	case SendDefault:
+	case SendNoCopy, SendCopy:
+		s.sendMode = c.SendMode
+	default:
+		return nil, fmt.Errorf("smcloop: Config.SendMode %d is not SendDefault, SendNoCopy or SendCopy", c.SendMode)
+	}
+	switch {
+	case c.BusyPoll < 0:
+		s.busyPoll = 0
+	case c.BusyPoll > 0:
+		s.busyPoll = c.BusyPoll
+	}
+	if c.HandshakeTimeout < 0 {
+		return nil, fmt.Errorf("smcloop: Config.HandshakeTimeout %v is negative; use 0 for the default %v", c.HandshakeTimeout, env.handshakeTimeout)
+	}
+	if c.HandshakeTimeout > 0 {
+		s.handshakeTimeout = c.HandshakeTimeout
+	}
+	ueid := env.ueid
+	if c.UEID != "" {
+		ueid = c.UEID
+	}
+	if s.ueid, err = clc.MakeEID(ueid); err != nil {
+		return nil, fmt.Errorf("smcloop: Config.UEID %q: %v", ueid, err)
+	}
+	if s.smcd && s.device == nil {
+		if s.device, err = defaultDevice(env.maxDMBs); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+var (
+	devOnce sync.Once
+	devVal  *ism.Device
+	devErr  error
+)
+
+// defaultDevice opens the process's ISM device on first use. It lives as long as the
+// process, like the kernel's loopback-ism device lives as long as the kernel.
+func defaultDevice(maxDMBs int) (*ism.Device, error) {
+	devOnce.Do(func() {
+		devVal, devErr = ism.Open(ism.Config{MaxDMBs: maxDMBs})
+		if devErr != nil {
+			devErr = fmt.Errorf("smcloop: opening the ISM device: %w", devErr)
+		}
+	})
+	return devVal, devErr
+}

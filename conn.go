@@ -1,0 +1,238 @@
+package smcloop
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/smcd"
+)
+
+// link is what the connection core needs from a backend (SMC-D today; SMC-R fits the
+// same shape: its TxBuf is the local send buffer and PushProd an RDMA write plus a CDC).
+// The core owns the cursors and every decision; the backend moves bytes, publishes the
+// cursor words and signals.
+type link interface {
+	Init()
+	RxRing() []byte
+	TxBuf() []byte
+	LoadPeerProd() uint64
+	LoadPeerCons() uint64
+	PushProd(w uint64, off, n int)
+	PublishCons(w uint64, wake uint64)
+	Announce(bit uint64)
+	Retract(bit uint64)
+	Wait(bit uint64) error
+	SetDeadline(bit uint64, t time.Time) error
+	WakeLocal()
+	Counters() smcd.Counters
+	Close(dev *ism.Device)
+}
+
+// Conn is an SMC connection: after the CLC handshake its bytes flow through shared memory
+// and the TCP connection only carries liveness; after a fallback the TCP connection
+// carries the bytes. Conn implements net.Conn; Read, Write and Close may be called
+// concurrently, like on any net.Conn.
+type Conn struct {
+	tcp  *countingConn // the CLC socket
+	cfg  *settings
+	smc  bool
+	link link        // nil after a fallback
+	dev  *ism.Device // owner of the local DMB
+	net  string      // "smcd" or "tcp", for errors
+
+	localReason, peerReason    uint32 // fallback reasons (0 when SMC is in use)
+	clcBytesSent, clcBytesRecv uint64
+
+	// Reader state, owned by readMu.
+	readMu   sync.Mutex
+	rxSize   int
+	rxCons   cdc.Cursor // our consumer cursor in our ring
+	rxProd   cdc.Cursor // peer's producer cursor, last validated
+	rxProdW  uint64     // the raw word rxProd came from
+	rxEOF    bool
+	rxBytes  atomic.Uint64
+	rxCalls  atomic.Uint64
+	rdClosed atomic.Bool // CloseRead
+
+	// Writer state, owned by writeMu.
+	writeMu      sync.Mutex
+	txSize       int
+	txProd       cdc.Cursor // our producer cursor in the peer's ring
+	txCons       cdc.Cursor // peer's consumer cursor of its ring, last validated
+	txConsW      uint64     // the raw word txCons came from
+	writeBlocked bool       // write_blocked is published
+	txBytes      atomic.Uint64
+	txCalls      atomic.Uint64
+	wrClosed     atomic.Bool // CloseWrite done
+
+	// The consumer word we publish in the peer's CDC area carries our consumer cursor
+	// and our producer and connection-state flags; ctlMu serialises its writers and
+	// guards the close state.
+	ctlMu   sync.Mutex
+	ctlCons cdc.Cursor
+	ctlPF   cdc.ProdFlags
+	ctlCF   cdc.ConnFlags
+	state   State
+	peerCF  cdc.ConnFlags // peer connection-state flags already applied to state
+	shutWr  bool          // we sent done_writing
+
+	closed   atomic.Bool // Close called
+	peerGone atomic.Bool // liveness channel lost
+	abortMu  sync.Mutex
+	abortErr error // protocol violation, reported once
+	aborted  atomic.Bool
+
+	readDeadline, writeDeadline deadline
+	monitorDone                 chan struct{}
+}
+
+// deadline stores a deadline as Unix nanoseconds (0 = none) for lock-free checks.
+type deadline struct{ ns atomic.Int64 }
+
+func (d *deadline) set(t time.Time) {
+	if t.IsZero() {
+		d.ns.Store(0)
+	} else {
+		d.ns.Store(t.UnixNano())
+	}
+}
+
+func (d *deadline) expired() bool {
+	ns := d.ns.Load()
+	return ns != 0 && time.Now().UnixNano() >= ns
+}
+
+// UsingSMC reports whether the connection's bytes go through SMC-D shared memory (false
+// after a fallback to TCP).
+func (c *Conn) UsingSMC() bool { return c.smc }
+
+// FallbackReason returns, for a connection that fell back to TCP, the local decline code
+// and the peer's (its peer diagnosis, 0 if the peer did not decline), as smcss shows
+// "TCP 0x03010000/0x00000000". Both are 0 while SMC is in use. clc.CodeName names them.
+func (c *Conn) FallbackReason() (local, peer uint32) { return c.localReason, c.peerReason }
+
+// Mode names what is on the wire, like smcss's Mode column: "SMCD" or
+// "TCP 0x05000000/0x03030001".
+func (c *Conn) Mode() string {
+	if c.smc {
+		return "SMCD"
+	}
+	return "TCP " + hex32(c.localReason) + "/" + hex32(c.peerReason) + " (" + clc.CodeName(c.localReason) + "/" + peerName(c.peerReason) + ")"
+}
+
+func peerName(code uint32) string {
+	if code == 0 {
+		return "-"
+	}
+	return clc.CodeName(code)
+}
+
+func hex32(v uint32) string {
+	const digits = "0123456789abcdef"
+	b := []byte("0x00000000")
+	for i := 9; i >= 2; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
+	return string(b)
+}
+
+// LocalAddr returns the local network address (of the TCP connection).
+func (c *Conn) LocalAddr() net.Addr { return c.tcp.LocalAddr() }
+
+// RemoteAddr returns the remote network address (of the TCP connection).
+func (c *Conn) RemoteAddr() net.Addr { return c.tcp.RemoteAddr() }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline sets the deadline for Read calls, including one already blocked.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if !c.smc {
+		return c.tcp.SetReadDeadline(t)
+	}
+	if c.closed.Load() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.readDeadline.set(t)
+	return c.link.SetDeadline(smcd.WakeReader, t)
+}
+
+// SetWriteDeadline sets the deadline for Write calls, including one already blocked.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if !c.smc {
+		return c.tcp.SetWriteDeadline(t)
+	}
+	if c.closed.Load() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.writeDeadline.set(t)
+	return c.link.SetDeadline(smcd.WakeWriter, t)
+}
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: c.net, Source: c.tcp.LocalAddr(), Addr: c.tcp.RemoteAddr(), Err: err}
+}
+
+// abort ends the connection after a local fault (protocol violation): the peer gets
+// peer_conn_abort, local waiters wake, and the TCP connection is torn down.
+func (c *Conn) abort(err error) {
+	c.abortMu.Lock()
+	first := !c.aborted.Load()
+	if first {
+		c.abortErr = &ProtocolError{Err: err}
+		c.aborted.Store(true)
+	}
+	c.abortMu.Unlock()
+	if !first {
+		return
+	}
+	c.ctlMu.Lock()
+	c.applyLocked(evLocalAbort)
+	if c.ctlCF&cdc.PeerConnAbort == 0 { // the peer must learn of the abort in any state
+		c.ctlCF |= cdc.PeerConnAbort
+		c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), smcd.WakeReader|smcd.WakeWriter)
+	}
+	c.ctlMu.Unlock()
+	c.link.WakeLocal()
+	if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {
+		tc.SetLinger(0) // RST, like tcp_abort
+	}
+	c.tcp.Close()
+}
+
+// abortError returns the error to report for an aborted connection: the protocol error
+// once, ErrAborted afterwards.
+func (c *Conn) abortError() error {
+	c.abortMu.Lock()
+	defer c.abortMu.Unlock()
+	if err := c.abortErr; err != nil {
+		c.abortErr = nil
+		return err
+	}
+	return ErrAborted
+}
+
+// stopErr is the error of a connection that can no longer move bytes in either
+// direction for a local reason, or nil.
+func (c *Conn) stopErr() error {
+	switch {
+	case c.closed.Load():
+		return net.ErrClosed
+	case c.aborted.Load():
+		return c.abortError()
+	}
+	return nil
+}
+
+var _ net.Conn = (*Conn)(nil)

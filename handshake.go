@@ -1,0 +1,344 @@
+package smcloop
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/smcd"
+)
+
+// countingConn counts the bytes that cross the TCP connection, so a test (or a user) can
+// see that an SMC connection carried nothing but CLC messages on it.
+type countingConn struct {
+	net.Conn
+	sent, recv atomic.Uint64
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.recv.Add(uint64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.sent.Add(uint64(n))
+	return n, err
+}
+
+// HandshakeError is a CLC handshake that failed in a way that allows no fallback (the
+// kernel's negative return codes): a timeout, an I/O error or a malformed message.
+type HandshakeError struct {
+	Side string // "client" or "server"
+	Step string // what was being done
+	Err  error
+}
+
+func (e *HandshakeError) Error() string {
+	return fmt.Sprintf("smcloop: %s CLC handshake failed while %s: %v", e.Side, e.Step, e.Err)
+}
+
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+// handshake holds one side's CLC exchange over the TCP connection.
+type handshake struct {
+	tcp      *countingConn
+	cfg      *settings
+	side     string
+	ctx      context.Context
+	buf      [clc.MaxProposalLen]byte
+	version  uint8
+	dmb      *ism.DMB
+	remote   *ism.RemoteDMB
+	peerSize int
+}
+
+func (h *handshake) fail(step string, err error) error {
+	h.release()
+	return &HandshakeError{Side: h.side, Step: step, Err: err}
+}
+
+func (h *handshake) release() {
+	if h.remote != nil {
+		h.remote.Detach()
+		h.remote = nil
+	}
+	if h.dmb != nil {
+		h.cfg.device.UnregisterDMB(h.dmb)
+		h.dmb = nil
+	}
+}
+
+// arm sets the TCP deadline for one CLC wait: the handshake timeout, or the context's
+// deadline if sooner.
+func (h *handshake) arm() {
+	dl := time.Now().Add(h.cfg.handshakeTimeout)
+	if d, ok := h.ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	h.tcp.SetDeadline(dl)
+}
+
+func (h *handshake) send(b []byte) error {
+	h.arm()
+	_, err := h.tcp.Write(b)
+	return err
+}
+
+func (h *handshake) read(expect clc.MsgType) (clc.Message, error) {
+	h.arm()
+	_, raw, err := clc.ReadMsg(h.tcp, expect, h.buf[:])
+	if err != nil {
+		return nil, err
+	}
+	return clc.Parse(raw)
+}
+
+// decline sends a Decline with code and turns the connection into a TCP fallback.
+func (h *handshake) decline(code uint32) (*Conn, error) {
+	h.release()
+	if err := h.send(clc.NewDecline(code, h.version).Append(nil)); err != nil {
+		return nil, &HandshakeError{Side: h.side, Step: "sending decline", Err: err}
+	}
+	return h.fallback(code, 0), nil
+}
+
+// fallback finishes the handshake as plain TCP with the given reasons.
+func (h *handshake) fallback(local, peer uint32) *Conn {
+	h.tcp.SetDeadline(time.Time{})
+	return &Conn{
+		tcp: h.tcp, cfg: h.cfg, net: "tcp", state: StateActive,
+		localReason: local, peerReason: peer,
+		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load(),
+	}
+}
+
+// established builds the SMC-D connection over the registered and attached DMBs.
+func (h *handshake) established() (*Conn, error) {
+	l, err := smcd.New(h.dmb, h.remote, h.cfg.sendMode == SendCopy)
+	if err != nil {
+		return nil, h.fail("building the SMC-D link", err)
+	}
+	l.Init()
+	h.tcp.SetDeadline(time.Time{})
+	c := &Conn{
+		tcp: h.tcp, cfg: h.cfg, net: "smcd", smc: true, link: l, dev: h.cfg.device,
+		state:  StateActive,
+		rxSize: h.dmb.Size() - cdc.AreaSize, txSize: h.peerSize - cdc.AreaSize,
+		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load(),
+		monitorDone: make(chan struct{}),
+	}
+	go c.monitor()
+	return c, nil
+}
+
+// registerDMB registers the local receive buffer, mapping the device's refusal to the
+// kernel's decline code.
+func (h *handshake) registerDMB() (code uint32) {
+	dmb, err := h.cfg.device.RegisterDMB(h.cfg.rmem)
+	switch {
+	case errors.Is(err, ism.ErrNoSpace):
+		return clc.DeclMaxDMB
+	case err != nil:
+		return clc.DeclMem
+	}
+	h.dmb = dmb
+	return 0
+}
+
+func (h *handshake) hostnameFCE() *clc.FirstContactExt {
+	fce := &clc.FirstContactExt{OSType: clc.OSLinux, Release: clc.Release1, FeatureMask: clc.FeatureEmulatedISM}
+	name, _ := os.Hostname()
+	n := copy(fce.Hostname[:], name)
+	for i := n; i < len(fce.Hostname); i++ {
+		fce.Hostname[i] = ' '
+	}
+	return fce
+}
+
+// dmbeCode compresses a DMB size for the CLC DMBE size nibble.
+func dmbeCode(size int) uint8 { return cdc.CompressSize(size, cdc.MaxSMCDBufCode) }
+
+// clientHandshake runs the client side (__smc_connect) over an established TCP conn.
+func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, error) {
+	h := &handshake{tcp: &countingConn{Conn: tcp}, cfg: cfg, side: "client", ctx: ctx, version: clc.V2}
+	if !cfg.smcd {
+		// No ISM device: tell the server instead of proposing (smc_connect_decline_fallback).
+		return h.decline(clc.DeclNoSMCDev)
+	}
+	dev := cfg.device
+	prop := &clc.Proposal{
+		Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathD,
+		Release: clc.Release1, UEIDs: [][clc.EIDLen]byte{cfg.ueid}, FeatureMask: clc.FeatureEmulatedISM,
+	}
+	prop.AddISMDevice(dev.GID().Hi, dev.GID().Ext, dev.CHID())
+	msg, err := prop.Append(nil)
+	if err != nil {
+		return nil, h.fail("encoding the proposal", err)
+	}
+	if err := h.send(msg); err != nil {
+		return nil, h.fail("sending the proposal", err)
+	}
+	m, err := h.read(clc.TypeAccept)
+	if err != nil {
+		return nil, h.fail("waiting for accept", err)
+	}
+	if d, ok := m.(*clc.Decline); ok {
+		h.release()
+		return h.fallback(clc.DeclPeerDecl, d.Code), nil
+	}
+	acc := m.(*clc.AcceptConfirm)
+	if code := h.checkAccept(acc); code != 0 {
+		return h.decline(code)
+	}
+	peer := ism.GID{Hi: acc.GID, Ext: acc.GIDExt}
+	if err := dev.QueryRemoteGID(peer); err != nil {
+		return h.decline(clc.DeclNoSMCD2Dev)
+	}
+	if code := h.registerDMB(); code != 0 {
+		return h.decline(code)
+	}
+	h.peerSize = cdc.UncompressSize(acc.DMBESize)
+	if h.remote, err = dev.AttachDMB(peer, acc.Token, h.peerSize); err != nil {
+		return h.decline(clc.DeclMem)
+	}
+	conf := &clc.AcceptConfirm{
+		Type: clc.TypeConfirm, Version: clc.V2, FirstContact: acc.FirstContact,
+		GID: dev.GID().Hi, GIDExt: dev.GID().Ext, Token: h.dmb.Token(), DMBESize: dmbeCode(h.dmb.Size()),
+		LinkID: acc.LinkID, CHID: dev.CHID(), EID: acc.EID,
+	}
+	if conf.FirstContact {
+		conf.FCE = h.hostnameFCE()
+	}
+	if msg, err = conf.Append(nil); err != nil {
+		return nil, h.fail("encoding the confirm", err)
+	}
+	if err := h.send(msg); err != nil {
+		return nil, h.fail("sending the confirm", err)
+	}
+	return h.established()
+}
+
+// checkAccept validates an SMC-D Accept against what we proposed (smc_connect_check_aclc
+// and the v2 device choice); it returns a decline code or 0.
+func (h *handshake) checkAccept(acc *clc.AcceptConfirm) uint32 {
+	switch {
+	case acc.Version != clc.V2:
+		return clc.DeclVersMismatch
+	case acc.CHID != h.cfg.device.CHID():
+		return clc.DeclNoSMCD2Dev // not the device we proposed
+	case acc.EID != h.cfg.ueid:
+		return clc.DeclNoUEID
+	case acc.DMBESize > ism.MaxSizeCode:
+		return clc.DeclModeUnsupp
+	}
+	return 0
+}
+
+// serverHandshake runs the server side (smc_listen_work) over an accepted TCP conn.
+func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, error) {
+	h := &handshake{tcp: &countingConn{Conn: tcp}, cfg: cfg, side: "server", ctx: ctx, version: clc.V2}
+	m, err := h.read(clc.TypeProposal)
+	if err != nil {
+		return nil, h.fail("waiting for proposal", err)
+	}
+	if d, ok := m.(*clc.Decline); ok {
+		return h.fallback(clc.DeclPeerDecl, d.Code), nil
+	}
+	prop := m.(*clc.Proposal)
+	h.version = min(prop.Version, clc.V2)
+	peer, code := h.chooseDevice(prop)
+	if code != 0 {
+		return h.decline(code)
+	}
+	if code := h.registerDMB(); code != 0 {
+		return h.decline(code)
+	}
+	dev := cfg.device
+	acc := &clc.AcceptConfirm{
+		Type: clc.TypeAccept, Version: clc.V2, FirstContact: true,
+		GID: dev.GID().Hi, GIDExt: dev.GID().Ext, Token: h.dmb.Token(), DMBESize: dmbeCode(h.dmb.Size()),
+		CHID: dev.CHID(), EID: cfg.ueid, FCE: h.hostnameFCE(),
+	}
+	if _, err := rand.Read(acc.LinkID[:]); err != nil {
+		return nil, h.fail("choosing a link group id", err)
+	}
+	msg, err := acc.Append(nil)
+	if err != nil {
+		return nil, h.fail("encoding the accept", err)
+	}
+	if err := h.send(msg); err != nil {
+		return nil, h.fail("sending the accept", err)
+	}
+	m, err = h.read(clc.TypeConfirm)
+	if err != nil {
+		return nil, h.fail("waiting for confirm", err)
+	}
+	if d, ok := m.(*clc.Decline); ok {
+		h.release()
+		return h.fallback(clc.DeclPeerDecl, d.Code), nil
+	}
+	conf := m.(*clc.AcceptConfirm)
+	switch {
+	case conf.GID != peer.Hi || conf.GIDExt != peer.Ext || conf.CHID != dev.CHID():
+		return nil, h.fail("checking the confirm", fmt.Errorf("%w: confirm names device %016x%016x/%#x, proposal %s/%#x",
+			ErrProtocol, conf.GID, conf.GIDExt, conf.CHID, peer, dev.CHID()))
+	case conf.LinkID != acc.LinkID:
+		return nil, h.fail("checking the confirm", fmt.Errorf("%w: confirm link id %x, accept %x", ErrProtocol, conf.LinkID, acc.LinkID))
+	case conf.DMBESize > ism.MaxSizeCode:
+		return nil, h.fail("checking the confirm", fmt.Errorf("%w: confirm DMBE size code %d > %d", ErrProtocol, conf.DMBESize, ism.MaxSizeCode))
+	}
+	h.peerSize = cdc.UncompressSize(conf.DMBESize)
+	if h.remote, err = dev.AttachDMB(peer, conf.Token, h.peerSize); err != nil {
+		// After the confirm there is no decline: the connection fails (no fallback).
+		return nil, h.fail("attaching the client's DMB", err)
+	}
+	return h.established()
+}
+
+// chooseDevice applies smc_listen_v2_check and the ISMv2 device search to a proposal:
+// it returns the proposer's reachable device GID or a decline code.
+func (h *handshake) chooseDevice(p *clc.Proposal) (ism.GID, uint32) {
+	switch {
+	case !h.cfg.smcd:
+		return ism.GID{}, clc.DeclNoSMCDDev
+	case p.Version < clc.V2 || p.TypeV2 == clc.PathN:
+		if p.TypeV1.HasD() {
+			return ism.GID{}, clc.DeclNoSMCDDev // loopback-ism is ISMv2 only
+		}
+		return ism.GID{}, clc.DeclModeUnsupp
+	case !p.TypeV2.HasD():
+		return ism.GID{}, clc.DeclModeUnsupp // SMC-R only; this server is SMC-D
+	case !p.SEIDPresent && len(p.UEIDs) == 0:
+		return ism.GID{}, clc.DeclNoUEID
+	}
+	common := false
+	for _, u := range p.UEIDs {
+		if u == h.cfg.ueid {
+			common = true
+		}
+	}
+	if !common {
+		return ism.GID{}, clc.DeclNoUEID
+	}
+	dev := h.cfg.device
+	for _, d := range p.ISMDevices() {
+		if d.CHID != dev.CHID() {
+			continue
+		}
+		g := ism.GID{Hi: d.GID, Ext: d.GIDExt}
+		if dev.QueryRemoteGID(g) == nil {
+			return g, 0
+		}
+	}
+	return ism.GID{}, clc.DeclNoSMCD2Dev
+}

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ServerCmd makes the command that runs a server child with the given arguments, which
+// the child passes to ServeChild. The CLI re-executes itself with a hidden subcommand;
+// tests run the test binary as a helper process. Run sets Stdin, Stdout and Stderr.
+type ServerCmd func(args []string) *exec.Cmd
+
+const (
+	// childStartTimeout bounds the wait for the LISTEN line (a binary built with -race
+	// starts slowly on a loaded machine).
+	childStartTimeout = 20 * time.Second
+	// childExitTimeout bounds the wait for a child to exit once its connection is closed;
+	// after that it is killed.
+	childExitTimeout = 5 * time.Second
+	// stderrKeep is how much of a child's stderr is kept for error messages.
+	stderrKeep = 2048
+)
+
+// child is a running server process.
+type child struct {
+	cmd    *exec.Cmd
+	out    *bufio.Reader
+	stderr *tailBuffer
+	addr   string
+}
+
+// startChild starts a server child and waits for its LISTEN line. On failure the child
+// has been killed and reaped.
+func startChild(ctx context.Context, mk ServerCmd, args []string) (*child, error) {
+	cmd := mk(args)
+	if _, err := cmd.StdinPipe(); err != nil { // the lifeline: closed by Wait or by our death
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, out: bufio.NewReader(stdout), stderr: &tailBuffer{max: stderrKeep}}
+	cmd.Stderr = c.stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the server process: %w", err)
+	}
+
+	type result struct {
+		line string
+		err  error
+	}
+	lines := make(chan result, 1)
+	go func() {
+		line, err := c.out.ReadString('\n')
+		lines <- result{line, err}
+	}()
+	timer := time.NewTimer(childStartTimeout)
+	defer timer.Stop()
+	var r result
+	select {
+	case r = <-lines:
+	case <-timer.C:
+		c.kill()
+		<-lines
+		return nil, fmt.Errorf("server process did not listen within %v%s", childStartTimeout, c.reap())
+	case <-ctx.Done():
+		c.kill()
+		<-lines
+		c.reap()
+		return nil, context.Cause(ctx)
+	}
+	addr, ok := strings.CutPrefix(strings.TrimSuffix(r.line, "\n"), "LISTEN ")
+	if r.err != nil || !ok || addr == "" {
+		c.kill()
+		rest, _ := io.ReadAll(c.out)
+		if fail := parseFail(r.line + string(rest)); fail != nil {
+			c.reap()
+			return nil, fail
+		}
+		return nil, fmt.Errorf("server process did not announce an address (got %q)%s", r.line, c.reap())
+	}
+	c.addr = addr
+	return c, nil
+}
+
+// finish waits for the child to exit (its connection is closed by now), killing it after
+// childExitTimeout or when ctx is done, and returns the failure it reported, if any.
+func (c *child) finish(ctx context.Context) error {
+	done := make(chan string, 1)
+	go func() {
+		rest, _ := io.ReadAll(c.out) // EOF when the child exits
+		done <- string(rest)
+	}()
+	timer := time.NewTimer(childExitTimeout)
+	defer timer.Stop()
+	var out string
+	var late error
+	select {
+	case out = <-done:
+	case <-timer.C:
+		c.kill()
+		out = <-done
+		late = fmt.Errorf("server process did not exit within %v of the end of the run; killed", childExitTimeout)
+	case <-ctx.Done():
+		c.kill()
+		out = <-done
+		late = context.Cause(ctx)
+	}
+	detail := c.reap()
+	if fail := parseFail(out); fail != nil {
+		return fail
+	}
+	if late != nil {
+		return late
+	}
+	if detail != "" {
+		return errors.New("server process" + detail)
+	}
+	return nil
+}
+
+func (c *child) kill() { c.cmd.Process.Kill() }
+
+// reap waits for the child and describes an unsuccessful exit as ": <status>: <stderr>",
+// or returns "" for a clean exit.
+func (c *child) reap() string {
+	err := c.cmd.Wait()
+	if err == nil {
+		return ""
+	}
+	msg := ": " + err.Error()
+	if tail := strings.TrimSpace(c.stderr.String()); tail != "" {
+		msg += ": " + strings.ReplaceAll(tail, "\n", " | ")
+	}
+	return msg
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

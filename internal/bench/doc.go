@@ -1,0 +1,33 @@
+// Package bench measures byte transports between two processes on one host the way
+// sockperf and qperf do, so that smcloop and its baselines (Go TCP loopback, Go unix
+// sockets) can be compared in one run.
+//
+// # Model
+//
+// A Transport is a pair of functions, Listen and Dial, that produce a net.Listener and a
+// net.Conn. Transports are registered by name (Register, RegisterBuiltins) so that a
+// server child, which is the same binary re-executed, can find the one the client asked for.
+//
+// Run drives a whole benchmark. For every measurement it starts a fresh server process
+// through a ServerCmd, reads the line "LISTEN <addr>" from the child's stdout, dials that
+// address with the transport under test and sends a 24-byte header (mode, message size,
+// warm-up) followed by the payload. The child serves exactly one connection and exits:
+//
+//   - ping-pong: the client writes one S-byte message, the server echoes it, the client
+//     reads S bytes and records the round trip;
+//   - stream: the client writes S-byte messages back to back; the server reads, verifies,
+//     and measures its own receive interval after the warm-up.
+//
+// The client ends either mode with an end marker (the bitwise complement of the next
+// message, so it cannot be confused with data); the server answers with a 40-byte report
+// of what it received, which the client checks against what it sent. The protocol needs
+// nothing beyond net.Conn: no half-close, no deadlines.
+//
+// Every payload byte comes from a fixed pseudo-random pattern at a message-dependent
+// offset and is verified by its receiver, echoes by the client. A mismatch fails the run
+// with an error matching ErrMismatch. A server child reports failure as one line
+// "FAIL <kind> <text>" on its stdout before exiting non-zero.
+//
+// Floors (copy() bandwidth and the cache-line ping-pong between two threads) are measured
+// in-process and printed beside the tables: they bound what any transport can reach.
+package bench

@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// The server child is started with these arguments (after whatever the ServerCmd puts in
+// front, such as a subcommand name):
+//
+//	--transport NAME  the registered transport to listen with
+//	--cpu N           pin every thread of the process to CPU N first
+//	--lifeline        exit when stdin reaches EOF (the parent closed it or died)
+//
+// On stdout it prints exactly one line "LISTEN <addr>" once it listens, and, if it fails
+// after that, one line "FAIL <kind> <text>" where kind is mismatch, protocol or io. It
+// serves one connection and exits: status 0 after sending its report, non-zero otherwise.
+
+// serverArgs builds the child's arguments.
+func serverArgs(transport string, cpu int) []string {
+	args := []string{"--transport", transport, "--lifeline"}
+	if cpu >= 0 {
+		args = append(args, "--cpu", strconv.Itoa(cpu))
+	}
+	return args
+}
+
+// ServeChild is the whole life of a server child: it parses args (see above), listens with
+// the named registered transport, announces the address on stdout, serves one benchmark
+// connection and returns. The returned error is also reported on stdout as a FAIL line
+// once the LISTEN line has been written. With --lifeline, a goroutine reads stdin until
+// EOF and then cancels the server; it ends with the process.
+func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench-server", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	name := fs.String("transport", "", "registered transport to listen with")
+	cpu := fs.Int("cpu", -1, "pin the process to this CPU")
+	lifeline := fs.Bool("lifeline", false, "exit when stdin reaches EOF")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("bench server: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench server: unexpected arguments %q", fs.Args())
+	}
+	tr, err := Lookup(*name)
+	if err != nil {
+		return fmt.Errorf("bench server: %w", err)
+	}
+	if *cpu >= 0 {
+		if _, err := pinProcess(*cpu); err != nil {
+			return fmt.Errorf("bench server: %w", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if *lifeline {
+		go func() {
+			io.Copy(io.Discard, stdin)
+			cancel()
+		}()
+	}
+
+	ln, err := tr.Listen(ctx)
+	if err != nil {
+		return fmt.Errorf("bench server: %s: listen: %w", tr.Name, err)
+	}
+	if _, err := fmt.Fprintf(stdout, "LISTEN %s\n", ln.Addr()); err != nil {
+		ln.Close()
+		return fmt.Errorf("bench server: announcing the address: %w", err)
+	}
+	err = serveOne(ctx, ln)
+	if err != nil {
+		fmt.Fprintf(stdout, "FAIL %s %s\n", failKind(err), strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+	return err
+}
+
+// serveOne accepts one connection on ln, closes ln, and serves the connection.
+func serveOne(ctx context.Context, ln net.Listener) error {
+	stopLn := context.AfterFunc(ctx, func() { ln.Close() })
+	conn, err := ln.Accept()
+	stopLn()
+	ln.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for the client: %w", context.Cause(ctx))
+		}
+		return fmt.Errorf("accept: %w", err)
+	}
+	defer conn.Close()
+	stopConn := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stopConn()
+
+	err = serveConn(conn)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+	}
+	return err
+}
+
+// serveConn reads the header, serves the mode it names and sends the report.
+func serveConn(conn net.Conn) error {
+	var hb [headerLen]byte
+	if _, err := io.ReadFull(conn, hb[:]); err != nil {
+		return fmt.Errorf("reading the header: %w", err)
+	}
+	h, err := parseHeader(hb[:])
+	if err != nil {
+		return err
+	}
+	var rep report
+	switch h.mode {
+	case modePingPong:
+		rep, err = pingPongServer(conn, h.size)
+	case modeStream:
+		rep, err = streamServer(conn, h.size, h.warmup)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", h.mode, FormatSize(h.size), err)
+	}
+	if _, err := conn.Write(rep.append(nil)); err != nil {
+		return fmt.Errorf("sending the report: %w", err)
+	}
+	return nil
+}
+
+// failKind classifies a server error for the FAIL line.
+func failKind(err error) string {
+	switch {
+	case errors.Is(err, ErrMismatch):
+		return "mismatch"
+	case errors.Is(err, ErrProtocol):
+		return "protocol"
+	}
+	return "io"
+}
+
+// ServerError is a failure the server child reported on its FAIL line. It matches
+// ErrMismatch or ErrProtocol (errors.Is) according to its kind.
+type ServerError struct {
+	Kind string // "mismatch", "protocol" or "io"
+	Msg  string
+}
+
+func (e *ServerError) Error() string { return e.Msg }
+
+// Is matches ErrMismatch and ErrProtocol by kind.
+func (e *ServerError) Is(target error) bool {
+	return (target == ErrMismatch && e.Kind == "mismatch") || (target == ErrProtocol && e.Kind == "protocol")
+}
+
+// parseFail finds the FAIL line in what the child printed after LISTEN.
+func parseFail(out string) *ServerError {
+	for line := range strings.Lines(out) {
+		rest, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "FAIL ")
+		if !ok {
+			continue
+		}
+		kind, msg, _ := strings.Cut(rest, " ")
+		return &ServerError{Kind: kind, Msg: msg}
+	}
+	return nil
+}

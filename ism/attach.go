@@ -1,0 +1,347 @@
+package ism
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+
+	"github.com/smcloop/smcloop/shm"
+)
+
+// The device socket carries fixed 24-byte little-endian messages on a SOCK_SEQPACKET
+// unix socket (host-local, so one byte order is enough):
+//
+//	request: magic u32 | version u16 | op u16 | token u64 | size u32 | reserved u32
+//	reply:   magic u32 | version u16 | status u16 | token u64 | size u32 | reserved u32
+//
+// A successful attach reply carries three fds: the DMB memfd, its data doorbell and its
+// space doorbell. The magic and version are checked on every message, so devices of an
+// incompatible layout refuse each other instead of misreading shared memory.
+const (
+	wireMagic   = 0x534d4344 // "SMCD"
+	wireVersion = 1
+	wireLen     = 24
+
+	opQuery  = 1
+	opAttach = 2
+
+	statusOK      = 0
+	statusNoDMB   = 1
+	statusBadSize = 2
+	statusBadOp   = 3
+)
+
+type wireMsg struct {
+	op    uint16 // request op or reply status
+	token uint64
+	size  uint32
+}
+
+func (m wireMsg) marshal() []byte {
+	b := make([]byte, wireLen)
+	binary.LittleEndian.PutUint32(b[0:], wireMagic)
+	binary.LittleEndian.PutUint16(b[4:], wireVersion)
+	binary.LittleEndian.PutUint16(b[6:], m.op)
+	binary.LittleEndian.PutUint64(b[8:], m.token)
+	binary.LittleEndian.PutUint32(b[16:], m.size)
+	return b
+}
+
+func parseWire(b []byte) (wireMsg, error) {
+	if len(b) != wireLen {
+		return wireMsg{}, fmt.Errorf("ism: device message of %d bytes, want %d", len(b), wireLen)
+	}
+	if binary.LittleEndian.Uint32(b[0:]) != wireMagic || binary.LittleEndian.Uint16(b[4:]) != wireVersion {
+		return wireMsg{}, errors.New("ism: device message with wrong magic or version")
+	}
+	return wireMsg{
+		op:    binary.LittleEndian.Uint16(b[6:]),
+		token: binary.LittleEndian.Uint64(b[8:]),
+		size:  binary.LittleEndian.Uint32(b[16:]),
+	}, nil
+}
+
+func (d *Device) acceptLoop() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.AcceptUnix()
+		if err != nil {
+			return // listener closed
+		}
+		cred, err := shm.PeerCred(c)
+		if err != nil || !samePrincipal(cred.Uid) {
+			c.Close()
+			continue
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			c.Close()
+			return
+		}
+		d.serving[c] = struct{}{}
+		d.wg.Add(1)
+		d.mu.Unlock()
+		go d.serve(c)
+	}
+}
+
+// serve answers one peer device's requests until it hangs up or sends garbage.
+func (d *Device) serve(c *net.UnixConn) {
+	defer d.wg.Done()
+	defer func() {
+		d.mu.Lock()
+		delete(d.serving, c)
+		d.mu.Unlock()
+		c.Close()
+	}()
+	buf := make([]byte, wireLen+1)
+	for {
+		n, err := c.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		req, err := parseWire(buf[:n])
+		if err != nil {
+			return
+		}
+		if err := d.answer(c, req); err != nil {
+			return
+		}
+	}
+}
+
+func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
+	switch req.op {
+	case opQuery:
+		_, err := c.Write(wireMsg{op: statusOK}.marshal())
+		return err
+	case opAttach:
+		// Hold the lock while the fds are sent so the DMB cannot be released under us.
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		m, ok := d.dmbs[req.token]
+		if !ok {
+			_, err := c.Write(wireMsg{op: statusNoDMB, token: req.token}.marshal())
+			return err
+		}
+		if int(req.size) != m.Size() {
+			_, err := c.Write(wireMsg{op: statusBadSize, token: req.token, size: uint32(m.Size())}.marshal())
+			return err
+		}
+		rep := wireMsg{op: statusOK, token: req.token, size: uint32(m.Size())}.marshal()
+		if err := shm.SendFds(c, rep, m.region.Fd(), m.Data.Fd(), m.Space.Fd()); err != nil {
+			return err
+		}
+		d.attachesServed.Add(1)
+		return nil
+	default:
+		_, err := c.Write(wireMsg{op: statusBadOp}.marshal())
+		return err
+	}
+}
+
+// peerConn is this device's connection to a remote device, one per remote GID, reused for
+// every query and attach towards it (requests are serialised by mu).
+type peerConn struct {
+	mu sync.Mutex
+	c  *net.UnixConn
+}
+
+func (p *peerConn) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.c != nil {
+		p.c.Close()
+		p.c = nil
+	}
+}
+
+func (d *Device) peer(g GID) (*peerConn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	p, ok := d.peers[g]
+	if !ok {
+		p = &peerConn{}
+		d.peers[g] = p
+	}
+	return p, nil
+}
+
+// dialLocked (re)connects p to the device g. p.mu is held.
+func (p *peerConn) dialLocked(g GID) error {
+	if p.c != nil {
+		return nil
+	}
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: g.socketName(), Net: "unixpacket"})
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnreachable, g, err)
+	}
+	cred, err := shm.PeerCred(c)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("%w: %s: %v", ErrUnreachable, g, err)
+	}
+	if !samePrincipal(cred.Uid) {
+		c.Close()
+		return fmt.Errorf("%w: device %s runs as uid %d", ErrPermission, g, cred.Uid)
+	}
+	p.c = c
+	return nil
+}
+
+// roundTrip sends req and reads the reply with up to maxFds fds. On an I/O error the
+// connection is dropped and, once, redialled: the remote device may have restarted.
+func (d *Device) roundTrip(g GID, req wireMsg, maxFds int) (wireMsg, []int, error) {
+	p, err := d.peer(g)
+	if err != nil {
+		return wireMsg{}, nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		if err := p.dialLocked(g); err != nil {
+			return wireMsg{}, nil, err
+		}
+		rep, fds, err := exchange(p.c, req, maxFds)
+		if err == nil {
+			return rep, fds, nil
+		}
+		p.c.Close()
+		p.c = nil
+		lastErr = err
+	}
+	return wireMsg{}, nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, g, lastErr)
+}
+
+func exchange(c *net.UnixConn, req wireMsg, maxFds int) (wireMsg, []int, error) {
+	if _, err := c.Write(req.marshal()); err != nil {
+		return wireMsg{}, nil, err
+	}
+	buf := make([]byte, wireLen+1)
+	n, fds, err := shm.RecvFds(c, buf, maxFds)
+	if err != nil {
+		return wireMsg{}, nil, err
+	}
+	if n == 0 {
+		return wireMsg{}, nil, syscall.ECONNRESET
+	}
+	rep, err := parseWire(buf[:n])
+	if err != nil {
+		closeFds(fds)
+		return wireMsg{}, nil, err
+	}
+	return rep, fds, nil
+}
+
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+}
+
+// QueryRemoteGID reports whether the device g is reachable from this one: it exists on
+// this host, in this network namespace, and is run by the same user (query_remote_gid).
+func (d *Device) QueryRemoteGID(g GID) error {
+	if g.IsZero() {
+		return fmt.Errorf("%w: zero GID", ErrUnreachable)
+	}
+	rep, fds, err := d.roundTrip(g, wireMsg{op: opQuery}, 0)
+	closeFds(fds)
+	if err != nil {
+		return err
+	}
+	if rep.op != statusOK {
+		return fmt.Errorf("%w: %s answered status %d", ErrUnreachable, g, rep.op)
+	}
+	return nil
+}
+
+// RemoteDMB is a peer's DMB mapped into this process (attach_dmb): the local side writes
+// into it and rings its doorbells.
+type RemoteDMB struct {
+	token  uint64
+	region *shm.Region
+	// Data and Space are the owner's doorbells: ring Data after publishing data or close
+	// flags into the DMB, Space after consuming what the owner wrote into ours.
+	Data, Space *shm.Doorbell
+	once        sync.Once
+}
+
+// Token is the peer's DMB token.
+func (r *RemoteDMB) Token() uint64 { return r.token }
+
+// Bytes is the whole mapped DMB, CDC area included.
+func (r *RemoteDMB) Bytes() []byte { return r.region.Bytes() }
+
+// Size is the DMB length.
+func (r *RemoteDMB) Size() int { return r.region.Size() }
+
+// MoveData copies p into the remote DMB at offset (move_data) and, if signal is set, rings
+// the owner's data doorbell. Out-of-range requests are refused, never clipped.
+func (r *RemoteDMB) MoveData(offset int, p []byte, signal bool) error {
+	mem := r.region.Bytes()
+	if offset < 0 || offset > len(mem) || len(p) > len(mem)-offset {
+		return fmt.Errorf("ism: move_data offset %d size %d outside DMB of %d bytes", offset, len(p), len(mem))
+	}
+	copy(mem[offset:], p)
+	if signal {
+		return r.Data.Ring()
+	}
+	return nil
+}
+
+// Detach unmaps the DMB and drops the doorbells (detach_dmb). Idempotent.
+func (r *RemoteDMB) Detach() {
+	r.once.Do(func() {
+		r.region.Close()
+		r.Data.Close()
+		r.Space.Close()
+	})
+}
+
+// AttachDMB maps the DMB token of the remote device g, which must be exactly size bytes.
+func (d *Device) AttachDMB(g GID, token uint64, size int) (*RemoteDMB, error) {
+	if !ValidDMBSize(size) {
+		return nil, fmt.Errorf("ism: attach of DMB with invalid size %d", size)
+	}
+	rep, fds, err := d.roundTrip(g, wireMsg{op: opAttach, token: token, size: uint32(size)}, 3)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case rep.op == statusNoDMB:
+		closeFds(fds)
+		return nil, fmt.Errorf("%w: token %#x on %s", ErrNoDMB, token, g)
+	case rep.op != statusOK:
+		closeFds(fds)
+		return nil, fmt.Errorf("ism: attach of %#x on %s refused with status %d (size %d)", token, g, rep.op, rep.size)
+	case len(fds) != 3 || rep.token != token || int(rep.size) != size:
+		closeFds(fds)
+		return nil, fmt.Errorf("ism: malformed attach reply from %s (%d fds, token %#x, size %d)", g, len(fds), rep.token, rep.size)
+	}
+	r := &RemoteDMB{token: token}
+	if r.region, err = shm.MapRegion(fds[0], size); err != nil {
+		closeFds(fds[1:])
+		return nil, err
+	}
+	if r.Data, err = shm.DoorbellFromFd(fds[1]); err != nil {
+		r.region.Close()
+		syscall.Close(fds[2])
+		return nil, err
+	}
+	if r.Space, err = shm.DoorbellFromFd(fds[2]); err != nil {
+		r.region.Close()
+		r.Data.Close()
+		return nil, err
+	}
+	d.attachesMade.Add(1)
+	return r, nil
+}

@@ -1,0 +1,309 @@
+package ism
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/smcloop/smcloop/shm"
+)
+
+// CHIDLoopback is the CHID that Linux reserves for loopback-ism (SMC_LO_RESERVED_CHID); the
+// range 0xFF00-0xFFFF marks Emulated-ISM devices.
+const CHIDLoopback = 0xFFFF
+
+// DMB sizes: 16 KiB << c with c in 0..MaxSizeCode (SMCD_DMBE_SIZES = 6, so 1 MiB).
+const (
+	MinDMBSize  = 16 << 10
+	MaxSizeCode = 6
+	MaxDMBSize  = MinDMBSize << MaxSizeCode
+)
+
+// DefaultMaxDMBs is loopback-ism's limit on registered DMBs (SMC_LO_MAX_DMBS).
+const DefaultMaxDMBs = 5000
+
+// Errors returned by the device. ErrNoSpace corresponds to register_dmb returning
+// -ENOSPC, which SMC maps to the decline code MAX_DMB (0x030d0000).
+var (
+	ErrNoSpace     = errors.New("ism: DMB limit reached")
+	ErrUnreachable = errors.New("ism: remote GID not reachable")
+	ErrNoDMB       = errors.New("ism: no DMB with that token")
+	ErrClosed      = errors.New("ism: device closed")
+	ErrPermission  = errors.New("ism: peer process belongs to another user")
+)
+
+// GID is the 128-bit identity of an Emulated-ISM device: Hi travels in the CLC GID field,
+// Ext in the GID extension (and as the second GID/CHID entry of a v2 proposal).
+type GID struct{ Hi, Ext uint64 }
+
+func (g GID) String() string { return fmt.Sprintf("%016x%016x", g.Hi, g.Ext) }
+
+// IsZero reports whether g is the zero GID, which no device uses.
+func (g GID) IsZero() bool { return g.Hi == 0 && g.Ext == 0 }
+
+func (g GID) socketName() string { return "@smcloop-ism-" + g.String() }
+
+// Config tunes a device. The zero value means the loopback-ism defaults.
+type Config struct {
+	// MaxDMBs limits registered DMBs (default DefaultMaxDMBs).
+	MaxDMBs int
+}
+
+// Stats are device-wide counters.
+type Stats struct {
+	DMBsRegistered   int    // currently registered
+	DMBsCreated      uint64 // memfd regions created in total
+	AttachesServed   uint64 // DMBs handed to peers
+	AttachesMade     uint64 // peer DMBs mapped
+	RegisterFailures uint64 // register_dmb refused for the DMB limit
+}
+
+// Device is one emulated ISM device. All methods are safe for concurrent use.
+type Device struct {
+	gid     GID
+	maxDMBs int
+	ln      *net.UnixListener
+
+	mu      sync.Mutex
+	closed  bool
+	dmbs    map[uint64]*DMB // by token
+	used    []bool          // DMB index bitmap (sba_idx)
+	serving map[*net.UnixConn]struct{}
+	peers   map[GID]*peerConn
+
+	wg sync.WaitGroup // accept loop and serving goroutines
+
+	dmbsCreated, attachesServed, attachesMade, registerFailures atomic.Uint64
+}
+
+// Open creates a device with a fresh random GID and starts serving attach requests.
+func Open(cfg Config) (*Device, error) {
+	if cfg.MaxDMBs < 0 {
+		return nil, fmt.Errorf("ism: MaxDMBs %d is negative; use 0 for the default %d", cfg.MaxDMBs, DefaultMaxDMBs)
+	}
+	if cfg.MaxDMBs == 0 {
+		cfg.MaxDMBs = DefaultMaxDMBs
+	}
+	d := &Device{
+		maxDMBs: cfg.MaxDMBs,
+		dmbs:    make(map[uint64]*DMB),
+		used:    make([]bool, cfg.MaxDMBs),
+		serving: make(map[*net.UnixConn]struct{}),
+		peers:   make(map[GID]*peerConn),
+	}
+	for attempt := 0; ; attempt++ {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("ism: random GID: %w", err)
+		}
+		d.gid = GID{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+		if d.gid.IsZero() {
+			continue
+		}
+		ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: d.gid.socketName(), Net: "unixpacket"})
+		if err != nil {
+			if attempt < 3 {
+				continue // a GID collision is astronomically unlikely; retry anyway
+			}
+			return nil, fmt.Errorf("ism: listen on device socket: %w", err)
+		}
+		d.ln = ln
+		break
+	}
+	d.wg.Add(1)
+	go d.acceptLoop()
+	return d, nil
+}
+
+// GID returns the device's GID.
+func (d *Device) GID() GID { return d.gid }
+
+// CHID returns the device's CHID (0xFFFF, as loopback-ism).
+func (d *Device) CHID() uint16 { return CHIDLoopback }
+
+// MaxDMBs returns the DMB limit.
+func (d *Device) MaxDMBs() int { return d.maxDMBs }
+
+// Stats returns a snapshot of the device counters.
+func (d *Device) Stats() Stats {
+	d.mu.Lock()
+	n := len(d.dmbs)
+	d.mu.Unlock()
+	return Stats{
+		DMBsRegistered:   n,
+		DMBsCreated:      d.dmbsCreated.Load(),
+		AttachesServed:   d.attachesServed.Load(),
+		AttachesMade:     d.attachesMade.Load(),
+		RegisterFailures: d.registerFailures.Load(),
+	}
+}
+
+// ValidDMBSize reports whether size is one of the SMC-D DMB sizes 16 KiB << c, c ≤ 6.
+func ValidDMBSize(size int) bool {
+	for c := 0; c <= MaxSizeCode; c++ {
+		if size == MinDMBSize<<c {
+			return true
+		}
+	}
+	return false
+}
+
+// DMB is a registered DMB owned by this process: peers write into it, the owner reads.
+type DMB struct {
+	token  uint64
+	index  int
+	region *shm.Region
+	// Data is rung by the peer when it published data or close flags; Space when it
+	// consumed data the owner wrote into the peer's DMB. The owner waits on both.
+	Data, Space *shm.Doorbell
+	dev         *Device
+}
+
+// Token is the DMB's 64-bit token, sent to the peer in CLC Accept/Confirm.
+func (m *DMB) Token() uint64 { return m.token }
+
+// Index is the DMB's slot on the device (loopback-ism's sba_idx).
+func (m *DMB) Index() int { return m.index }
+
+// Bytes is the whole DMB, the 32-byte CDC area included.
+func (m *DMB) Bytes() []byte { return m.region.Bytes() }
+
+// Size is the DMB length in bytes.
+func (m *DMB) Size() int { return m.region.Size() }
+
+// RegisterDMB creates a DMB of size bytes (a valid DMB size) and registers it under a fresh
+// random token. It returns ErrNoSpace when the device's DMB limit is reached.
+func (d *Device) RegisterDMB(size int) (*DMB, error) {
+	if !ValidDMBSize(size) {
+		return nil, fmt.Errorf("ism: DMB size %d is not 16 KiB << c with c <= %d", size, MaxSizeCode)
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, ErrClosed
+	}
+	idx := -1
+	for i, u := range d.used {
+		if !u {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		d.mu.Unlock()
+		d.registerFailures.Add(1)
+		return nil, ErrNoSpace
+	}
+	d.used[idx] = true // reserve while allocating outside the lock
+	d.mu.Unlock()
+
+	m, err := newDMB(d, idx, size)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil && d.closed {
+		m.release()
+		err = ErrClosed
+	}
+	if err != nil {
+		d.used[idx] = false
+		return nil, err
+	}
+	for {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			d.used[idx] = false
+			m.release()
+			return nil, fmt.Errorf("ism: random token: %w", err)
+		}
+		tok := binary.NativeEndian.Uint64(b[:])
+		if _, dup := d.dmbs[tok]; tok != 0 && !dup {
+			m.token = tok
+			d.dmbs[tok] = m
+			break
+		}
+	}
+	d.dmbsCreated.Add(1)
+	return m, nil
+}
+
+func newDMB(d *Device, idx, size int) (m *DMB, err error) {
+	m = &DMB{index: idx, dev: d}
+	defer func() {
+		if err != nil {
+			m.release()
+		}
+	}()
+	if m.region, err = shm.NewRegion("smcloop-dmb", size); err != nil {
+		return nil, fmt.Errorf("ism: DMB memory: %w", err)
+	}
+	if m.Data, err = shm.NewDoorbell(); err != nil {
+		return nil, fmt.Errorf("ism: DMB doorbell: %w", err)
+	}
+	if m.Space, err = shm.NewDoorbell(); err != nil {
+		return nil, fmt.Errorf("ism: DMB doorbell: %w", err)
+	}
+	return m, nil
+}
+
+func (m *DMB) release() {
+	if m.region != nil {
+		m.region.Close()
+	}
+	if m.Data != nil {
+		m.Data.Close()
+	}
+	if m.Space != nil {
+		m.Space.Close()
+	}
+}
+
+// UnregisterDMB removes the DMB from the device and frees this process's hold on its
+// memory and doorbells. Peers that attached it keep their mapping until they detach.
+func (d *Device) UnregisterDMB(m *DMB) {
+	d.mu.Lock()
+	if cur, ok := d.dmbs[m.token]; ok && cur == m {
+		delete(d.dmbs, m.token)
+		d.used[m.index] = false
+	}
+	d.mu.Unlock()
+	m.release()
+}
+
+// Close stops serving peers, drops cached peer connections and unregisters all DMBs.
+// Peers' mappings of this device's DMBs stay valid until they detach.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.ln.Close()
+	for c := range d.serving {
+		c.Close()
+	}
+	peers := d.peers
+	d.peers = map[GID]*peerConn{}
+	dmbs := d.dmbs
+	d.dmbs = map[uint64]*DMB{}
+	d.mu.Unlock()
+
+	d.wg.Wait()
+	for _, p := range peers {
+		p.close()
+	}
+	for _, m := range dmbs {
+		m.release()
+	}
+	return nil
+}
+
+func samePrincipal(uid uint32) bool {
+	me := uint32(os.Getuid())
+	return uid == me || uid == 0
+}

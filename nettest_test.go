@@ -1,0 +1,69 @@
+package smcloop
+
+import (
+	"net"
+	"testing"
+
+	"golang.org/x/net/nettest"
+)
+
+// pipe returns a connected pair through a real listener and dialer with the given
+// configurations: the same memfd, fd-passing and doorbell path two processes use.
+func pipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
+	t.Helper()
+	lc := ListenConfig{Config: lcfg}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		c   *Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.AcceptSMC()
+		ch <- res{c, err}
+	}()
+	d := Dialer{Config: dcfg}
+	client, err = d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		client.Close()
+		t.Fatal(r.err)
+	}
+	return client, r.c
+}
+
+
+func TestNettestSMCD(t *testing.T) {
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		a, b := pipe(t, Config{}, Config{})
+		if !a.UsingSMC() || !b.UsingSMC() {
+			t.Fatalf("not SMC: %s / %s", a.Mode(), b.Mode())
+		}
+		return a, b, func() { a.Close(); b.Close() }, nil
+	})
+}
+
+func TestNettestSMCDCopyBusyPoll(t *testing.T) {
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		cfg := Config{SendMode: SendCopy, BusyPoll: 50e3, RMem: 16 << 10}
+		a, b := pipe(t, cfg, cfg)
+		return a, b, func() { a.Close(); b.Close() }, nil
+	})
+}
+
+func TestNettestFallback(t *testing.T) {
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		a, b := pipe(t, Config{}, Config{DisableSMC: true})
+		if a.UsingSMC() || b.UsingSMC() {
+			t.Fatalf("expected fallback")
+		}
+		return a, b, func() { a.Close(); b.Close() }, nil
+	})
+}

@@ -1,0 +1,198 @@
+// Package smcd is the SMC-D backend: it moves a connection's bytes through a pair of DMBs
+// on emulated ISM devices (package ism).
+//
+// A connection owns one DMB (its receive buffer, RMB) and attaches the peer's. Each DMB
+// starts with the 32-byte SMC-D CDC area (package cdc) that the PEER writes: the peer's
+// producer cursor into this ring, the peer's consumer cursor of its own ring, and the
+// producer and connection-state flags. The owner writes only the wake word in the
+// reserved bytes 24..31, announcing that its reader or writer is about to sleep.
+//
+// The connection core (the module root) decides what to send and when; a Link only
+// copies, publishes and signals:
+//
+//   - PushProd publishes a new producer cursor (after moving the bytes in copy mode) and
+//     rings the peer's data doorbell only if the peer announced that its reader sleeps;
+//   - PublishCons publishes the consumer word and rings the peer's space doorbell only
+//     if the peer's writer sleeps;
+//   - Announce / Retract / Wait implement the sleeper's side: announce in shared memory,
+//     re-check, then block on the eventfd, so a busy producer never makes a syscall.
+package smcd
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/shm"
+)
+
+// Wake bits, re-exported for the core.
+const (
+	WakeReader = cdc.WakeReader
+	WakeWriter = cdc.WakeWriter
+)
+
+// Counters are the link's signalling statistics.
+type Counters struct {
+	RingsSent       uint64 // doorbells rung on the peer
+	RingsSuppressed uint64 // publications that needed no doorbell (peer was awake)
+	Sleeps          uint64 // times a local reader or writer blocked on a doorbell
+	MoveDataCalls   uint64 // copy mode: move_data calls
+}
+
+// Link is the SMC-D data path of one connection.
+type Link struct {
+	rx     *ism.DMB
+	rxA    cdc.Area
+	rxRing []byte
+
+	tx     *ism.RemoteDMB
+	txA    cdc.Area
+	txRing []byte // the peer's ring, mapped
+	sndbuf []byte // copy mode only; same size and offsets as txRing
+
+	ringsSent, ringsSuppressed, sleeps, moves atomic.Uint64
+}
+
+// New builds the link over the local DMB rx and the attached peer DMB tx. In copy mode the
+// writer fills a private send buffer that PushProd moves into the peer's DMB.
+func New(rx *ism.DMB, tx *ism.RemoteDMB, copyMode bool) (*Link, error) {
+	rxA, err := cdc.NewArea(rx.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("smcd: local DMB: %w", err)
+	}
+	txA, err := cdc.NewArea(tx.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("smcd: peer DMB: %w", err)
+	}
+	l := &Link{
+		rx: rx, rxA: rxA, rxRing: rx.Bytes()[cdc.AreaSize:],
+		tx: tx, txA: txA, txRing: tx.Bytes()[cdc.AreaSize:],
+	}
+	if copyMode {
+		l.sndbuf = make([]byte, len(l.txRing))
+	}
+	return l, nil
+}
+
+// Init writes the CDC message type into the peer's CDC area before any cursor, as every
+// SMC-D CDC message carries it.
+func (l *Link) Init() { l.txA.SetType() }
+
+// RxRing is the receive ring: the local DMB after its CDC area.
+func (l *Link) RxRing() []byte { return l.rxRing }
+
+// TxBuf is where the writer copies outgoing bytes at ring offsets: the peer's ring itself
+// (no-copy) or the private send buffer (copy mode). Its length is the peer's ring size.
+func (l *Link) TxBuf() []byte {
+	if l.sndbuf != nil {
+		return l.sndbuf
+	}
+	return l.txRing
+}
+
+// LoadPeerProd reads the peer's producer word from the local CDC area (untrusted).
+func (l *Link) LoadPeerProd() uint64 { return l.rxA.LoadProd() }
+
+// LoadPeerCons reads the peer's consumer word (consumer cursor of the peer's ring plus the
+// producer and connection-state flags) from the local CDC area (untrusted).
+func (l *Link) LoadPeerCons() uint64 { return l.rxA.LoadCons() }
+
+// PushProd makes the n bytes at ring offset off visible to the peer and publishes the
+// producer word w. In copy mode it first moves the bytes (at most two move_data calls,
+// for the ring wrap). It rings the peer's data doorbell only if the peer's reader
+// announced sleep; the store happens before the check (both sequentially consistent), so
+// a reader that announces and then re-checks cannot miss the data.
+func (l *Link) PushProd(w uint64, off, n int) {
+	if l.sndbuf != nil && n > 0 {
+		size := len(l.txRing)
+		first := min(n, size-off)
+		l.move(off, first)
+		if first < n {
+			l.move(0, n-first)
+		}
+	}
+	l.txA.StoreProd(w)
+	l.signal(cdc.WakeReader)
+}
+
+func (l *Link) move(off, n int) {
+	// The span was bounds-checked by the core; MoveData re-checks against the DMB.
+	if err := l.tx.MoveData(cdc.AreaSize+off, l.sndbuf[off:off+n], false); err == nil {
+		l.moves.Add(1)
+	}
+}
+
+// PublishCons stores the consumer word w in the peer's CDC area and rings the peer
+// for each sleeper in wake (WakeWriter after consuming, WakeReader too for close flags)
+// that announced sleep.
+func (l *Link) PublishCons(w uint64, wake uint64) {
+	l.txA.StoreCons(w)
+	l.signal(wake)
+}
+
+func (l *Link) signal(wake uint64) {
+	sleeping := l.txA.LoadWake() & wake
+	if sleeping == 0 {
+		l.ringsSuppressed.Add(1)
+		return
+	}
+	if sleeping&cdc.WakeReader != 0 {
+		l.tx.Data.Ring()
+		l.ringsSent.Add(1)
+	}
+	if sleeping&cdc.WakeWriter != 0 {
+		l.tx.Space.Ring()
+		l.ringsSent.Add(1)
+	}
+}
+
+// Announce tells the peer that the local reader (WakeReader) or writer (WakeWriter) is
+// about to sleep. The caller must re-check its condition afterwards, then Wait or Retract.
+func (l *Link) Announce(bit uint64) { l.rxA.OrWake(bit) }
+
+// Retract withdraws an announcement.
+func (l *Link) Retract(bit uint64) { l.rxA.AndWake(^bit) }
+
+func (l *Link) bell(bit uint64) *shm.Doorbell {
+	if bit == cdc.WakeReader {
+		return l.rx.Data
+	}
+	return l.rx.Space
+}
+
+// Wait blocks on the doorbell for bit until it is rung, its deadline passes
+// (os.ErrDeadlineExceeded) or the link is closed.
+func (l *Link) Wait(bit uint64) error {
+	l.sleeps.Add(1)
+	return l.bell(bit).Wait()
+}
+
+// SetDeadline sets the deadline of the doorbell for bit (reader or writer).
+func (l *Link) SetDeadline(bit uint64, t time.Time) error { return l.bell(bit).SetDeadline(t) }
+
+// WakeLocal rings this side's own doorbells so that blocked local readers and writers
+// re-check the connection state (close, abort, peer death).
+func (l *Link) WakeLocal() {
+	l.rx.Data.Ring()
+	l.rx.Space.Ring()
+}
+
+// Counters returns the signalling counters.
+func (l *Link) Counters() Counters {
+	return Counters{
+		RingsSent:       l.ringsSent.Load(),
+		RingsSuppressed: l.ringsSuppressed.Load(),
+		Sleeps:          l.sleeps.Load(),
+		MoveDataCalls:   l.moves.Load(),
+	}
+}
+
+// Close detaches the peer's DMB and unregisters the local one. The caller guarantees that
+// no Read or Write is running on the link.
+func (l *Link) Close(dev *ism.Device) {
+	l.tx.Detach()
+	dev.UnregisterDMB(l.rx)
+}
