@@ -2,8 +2,10 @@ package cdc_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -142,15 +144,20 @@ func TestAreaConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var stop atomic.Bool // set by a side that failed, so the other does not spin forever
+	fail := func(err error) {
+		t.Error(err)
+		stop.Store(true)
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { // producer: fills free space, learns of it via the cons word
 		defer wg.Done()
 		var prod, cons cdc.Cursor
-		for produced := 0; produced < total; {
+		for produced := 0; produced < total && !stop.Load(); {
 			c, _, _ := cdc.UnpackWord(a.LoadCons())
 			if _, err := cdc.Advance("cons", size, cons, c, cdc.Diff(size, cons, prod)); err != nil {
-				t.Error(err)
+				fail(err)
 				return
 			}
 			cons = c
@@ -170,15 +177,15 @@ func TestAreaConcurrent(t *testing.T) {
 	go func() { // consumer: consumes everything it sees, reports via cons
 		defer wg.Done()
 		var prod cdc.Cursor
-		for consumed < total {
+		for consumed < total && !stop.Load() {
 			p, pf, cf := cdc.UnpackWord(a.LoadProd())
 			if pf&^cdc.UrgDataPresent != 0 || cf != 0 {
-				t.Errorf("torn word: flags %v %v", pf, cf)
+				fail(fmt.Errorf("torn word: flags %v %v", pf, cf))
 				return
 			}
 			n, err := cdc.Advance("prod", size, prod, p, size)
 			if err != nil {
-				t.Error(err)
+				fail(err)
 				return
 			}
 			if n == 0 {

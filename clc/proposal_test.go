@@ -15,11 +15,11 @@ func propV2DOnly(t testing.TB) ([]byte, *Proposal) {
 		zeros(8+16+6),                // peer ID, RoCE GID, RoCE MAC
 		hx(t, "0000"),                // iparea_offset: no prefix area
 		zeros(8), hx(t, "0000"),      // v1 ISM GID, CHID
-		hx(t, "001C"),                // v2_ext_offset 28: 52+28 = 80
-		zeros(28),                    // OUI, vendor options, reserved
+		hx(t, "001C"),                  // v2_ext_offset 28: 52+28 = 80
+		zeros(28),                      // OUI, vendor options, reserved
 		hx(t, "01 02 00 10 0000 0040"), // eid_cnt 1, ism_gid_cnt 2, release 1, smcd offset 64
-		zeros(16),                    // RoCEv2 GID
-		hx(t, "00 00 0001"),          // max_conns, max_links, feature_mask
+		zeros(16),                      // RoCEv2 GID
+		hx(t, "00 00 0001"),            // max_conns, max_links, feature_mask
 		zeros(12),
 		blank("SMCLOOP-TEST.1", 32), // UEID at 120
 		zeros(32+16),                // SEID, reserved (at 152)

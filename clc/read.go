@@ -25,15 +25,29 @@ func Parse(msg []byte) (Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A failed parse must yield a nil Message, not an interface holding
+	// a nil pointer.
+	var m Message
 	switch h.Type {
 	case TypeProposal:
-		return ParseProposal(msg)
+		var p *Proposal
+		if p, err = ParseProposal(msg); err == nil {
+			m = p
+		}
 	case TypeAccept, TypeConfirm:
-		return ParseAcceptConfirm(msg)
+		var a *AcceptConfirm
+		if a, err = ParseAcceptConfirm(msg); err == nil {
+			m = a
+		}
 	case TypeDecline:
-		return ParseDecline(msg)
+		var d *Decline
+		if d, err = ParseDecline(msg); err == nil {
+			m = d
+		}
+	default:
+		err = fieldErr(h.Type, "type", h.Type, "1..4")
 	}
-	return nil, fieldErr(h.Type, "type", h.Type, "1..4")
+	return m, err
 }
 
 // lenBounds returns the shortest and longest length ReadMsg accepts for a

@@ -180,8 +180,10 @@ func TestMapRegionRefuses(t *testing.T) {
 			reason: shm.ErrNotSealed,
 		},
 		{
-			name:   "sealed against growing only",
-			fd:     func(t *testing.T) int { return memfd(t, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING, unix.F_SEAL_GROW|unix.F_SEAL_SEAL) },
+			name: "sealed against growing only",
+			fd: func(t *testing.T) int {
+				return memfd(t, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING, unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+			},
 			size:   size,
 			reason: shm.ErrNotSealed,
 		},

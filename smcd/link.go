@@ -180,6 +180,10 @@ func (l *Link) WakeLocal() {
 	l.rx.Space.Ring()
 }
 
+// LocalArea is the local CDC area, which only the peer writes; it is exposed for
+// diagnostics and for tests that play a hostile peer.
+func (l *Link) LocalArea() cdc.Area { return l.rxA }
+
 // Counters returns the signalling counters.
 func (l *Link) Counters() Counters {
 	return Counters{

@@ -31,6 +31,7 @@ const (
 // child is a running server process.
 type child struct {
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser // the lifeline; closed by Wait, or by the kernel if we die
 	out    *bufio.Reader
 	stderr *tailBuffer
 	addr   string
@@ -40,14 +41,15 @@ type child struct {
 // has been killed and reaped.
 func startChild(ctx context.Context, mk ServerCmd, args []string) (*child, error) {
 	cmd := mk(args)
-	if _, err := cmd.StdinPipe(); err != nil { // the lifeline: closed by Wait or by our death
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
 		return nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, out: bufio.NewReader(stdout), stderr: &tailBuffer{max: stderrKeep}}
+	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), stderr: &tailBuffer{max: stderrKeep}}
 	cmd.Stderr = c.stderr
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package bench
+
+func kernelRelease() string { return "" }
+
+func cpuModel() string { return "" }

@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// WriteText writes r as a header and aligned tables.
+func (r *Results) WriteText(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	r.writeHeader(bw)
+	if len(r.Latency) > 0 {
+		r.writeLatency(bw)
+	}
+	if len(r.Stream) > 0 {
+		r.writeStream(bw)
+	}
+	r.writeLegend(bw)
+	return bw.Flush()
+}
+
+func (r *Results) writeHeader(w io.Writer) {
+	m, s := r.Machine, r.Settings
+	fmt.Fprintf(w, "smcloop bench, %s\n\n", r.Date.Format("2006-01-02 15:04:05 MST"))
+	field := func(name, format string, args ...any) {
+		fmt.Fprintf(w, "  %-9s %s\n", name, fmt.Sprintf(format, args...))
+	}
+	if len(r.Command) > 0 {
+		field("command", "%s", quoteCommand(r.Command))
+	}
+	machine := fmt.Sprintf("%s, %s/%s, %d CPUs", m.Hostname, m.GOOS, m.GOARCH, m.NumCPU)
+	if m.CPUModel != "" {
+		machine += " (" + m.CPUModel + ")"
+	}
+	if m.Kernel != "" {
+		machine += ", kernel " + m.Kernel
+	}
+	field("machine", "%s, %s, GOMAXPROCS %d", machine, m.GoVersion, m.GOMAXPROCS)
+	rounds := "1 round"
+	if s.Rounds != 1 {
+		rounds = fmt.Sprintf("%d rounds, each starting with the next transport", s.Rounds)
+	}
+	field("method", "client and server are separate processes (a fresh server per measurement);")
+	field("", "every payload byte is verified by its receiver; per point %v warm-up, then %v measured;",
+		time.Duration(s.WarmupNS), time.Duration(s.DurationNS))
+	field("", "transports take turns within each point; %s", rounds)
+	if s.Pinned {
+		field("pinning", "client on CPU %d, server on CPU %d (sched_setaffinity)", s.ClientCPU, s.ServerCPU)
+	} else {
+		field("pinning", "none: the scheduler places client and server")
+	}
+	if r.Floors.CacheLineRTTNS > 0 {
+		field("floors", "cache-line ping-pong %s µs round trip (%s);", micros(r.Floors.CacheLineRTTNS), r.Floors.CacheLineNote)
+	} else {
+		field("floors", "cache-line ping-pong %s;", r.Floors.CacheLineNote)
+	}
+	field("", "copy() of each message size, in-process: in the tables")
+}
+
+func (r *Results) writeLatency(w io.Writer) {
+	base := r.Settings.Baseline
+	multi := r.Settings.Rounds > 1
+	fmt.Fprintf(w, "\nPing-pong latency: round trip of one S-byte message each way, µs (sockperf pp, qperf tcp_lat)\n\n")
+	t := newTable("size", "-transport", "p50", "p99", "p99.9", "mean", "samples")
+	if multi {
+		t.addColumn("p50 spread")
+	}
+	t.addColumn("vs " + base)
+	t.addColumn("vs floor")
+	for pi, p := range r.Latency {
+		if pi > 0 {
+			t.gap()
+		}
+		var baseP50 int64
+		for _, res := range p.Results {
+			if res.Transport == base {
+				baseP50 = res.P50NS
+			}
+		}
+		for i, res := range p.Results {
+			size := ""
+			if i == 0 {
+				size = humanSize(p.Size)
+			}
+			row := []string{size, res.Transport}
+			if res.Samples == 0 {
+				row = append(row, "-", "-", "-", "-", "0")
+			} else {
+				row = append(row, micros(float64(res.P50NS)), micros(float64(res.P99NS)),
+					micros(float64(res.P999NS)), micros(res.MeanNS), group(strconv.FormatUint(res.Samples, 10)))
+			}
+			if multi {
+				vals := make([]float64, len(res.Rounds))
+				for k, rd := range res.Rounds {
+					vals[k] = float64(rd.P50NS)
+				}
+				row = append(row, spread(vals, float64(res.P50NS)))
+			}
+			row = append(row, ratio(float64(res.P50NS), float64(baseP50)), ratio(float64(res.P50NS), p.FloorNS))
+			t.add(row...)
+		}
+		if p.FloorNS > 0 {
+			t.add("", "floor", micros(p.FloorNS))
+		}
+	}
+	t.write(w, "  ")
+}
+
+func (r *Results) writeStream(w io.Writer) {
+	base := r.Settings.Baseline
+	multi := r.Settings.Rounds > 1
+	fmt.Fprintf(w, "\nStream throughput: S-byte messages back to back, measured at the receiver (sockperf tp, qperf tcp_bw)\n\n")
+	t := newTable("size", "-transport", "MB/s", "msgs/s")
+	if multi {
+		t.addColumn("spread")
+	}
+	t.addColumn("vs " + base)
+	t.addColumn("of copy()")
+	for pi, p := range r.Stream {
+		if pi > 0 {
+			t.gap()
+		}
+		var baseRate float64
+		for _, res := range p.Results {
+			if res.Transport == base {
+				baseRate = res.BytesPerSec
+			}
+		}
+		for i, res := range p.Results {
+			size := ""
+			if i == 0 {
+				size = humanSize(p.Size)
+			}
+			row := []string{size, res.Transport, megabytes(res.BytesPerSec), group(fmt.Sprintf("%.0f", res.MsgsPerSec))}
+			if multi {
+				vals := make([]float64, len(res.Rounds))
+				for k, rd := range res.Rounds {
+					vals[k] = rd.BytesPerSec
+				}
+				row = append(row, spread(vals, res.BytesPerSec))
+			}
+			row = append(row, ratio(res.BytesPerSec, baseRate), percent(res.BytesPerSec, p.CopyBytesPerSec))
+			t.add(row...)
+		}
+		if p.CopyBytesPerSec > 0 {
+			t.add("", "copy()", megabytes(p.CopyBytesPerSec), group(fmt.Sprintf("%.0f", p.CopyBytesPerSec/float64(p.Size))))
+		}
+	}
+	t.write(w, "  ")
+}
+
+func (r *Results) writeLegend(w io.Writer) {
+	base := r.Settings.Baseline
+	fmt.Fprintln(w)
+	if len(r.Latency) > 0 {
+		fmt.Fprintf(w, "  Latency: percentiles to within 0.2%%; vs %s = p50 / p50 of %s (below 1 is faster);\n", base, base)
+		fmt.Fprintf(w, "  floor = cache-line round trip + one copy() of S bytes each way; vs floor = p50 / floor.\n")
+	}
+	if len(r.Stream) > 0 {
+		fmt.Fprintf(w, "  Throughput: MB = 10^6 bytes; vs %s = MB/s / MB/s of %s (above 1 is faster);\n", base, base)
+		fmt.Fprintf(w, "  of copy() = share of the in-process copy() bandwidth for S-byte buffers.\n")
+	}
+	if r.Settings.Rounds > 1 {
+		fmt.Fprintf(w, "  spread = half the range across rounds, relative to the figure over all rounds.\n")
+	}
+}
+
+// table lays out rows of cells in aligned columns. Columns are right-aligned unless
+// their title starts with "-"; a nil row is a blank line.
+type table struct {
+	titles []string
+	left   []bool
+	rows   [][]string
+}
+
+func newTable(titles ...string) *table {
+	t := &table{}
+	for _, title := range titles {
+		t.addColumn(title)
+	}
+	return t
+}
+
+func (t *table) addColumn(title string) {
+	left := strings.HasPrefix(title, "-")
+	t.titles = append(t.titles, strings.TrimPrefix(title, "-"))
+	t.left = append(t.left, left)
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) gap() { t.rows = append(t.rows, nil) }
+
+func (t *table) write(w io.Writer, indent string) {
+	widths := make([]int, len(t.titles))
+	for _, row := range append([][]string{t.titles}, t.rows...) {
+		for i, c := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	line := func(row []string) {
+		var b strings.Builder
+		b.WriteString(indent)
+		for i := range t.titles {
+			c := ""
+			if i < len(row) {
+				c = row[i]
+			}
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			if t.left[i] {
+				b.WriteString(c + pad)
+			} else {
+				b.WriteString(pad + c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	line(t.titles)
+	for _, row := range t.rows {
+		if row == nil {
+			fmt.Fprintln(w)
+			continue
+		}
+		line(row)
+	}
+}
+
+// humanSize writes a message size for a table: "14 B", "64000 B", "1 KiB", "1 MiB".
+func humanSize(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + " KiB"
+	}
+	return strconv.Itoa(n) + " B"
+}
+
+// micros writes nanoseconds as microseconds with two decimals, or three below 1 µs.
+func micros(ns float64) string {
+	if ns < 1000 {
+		return fmt.Sprintf("%.3f", ns/1e3)
+	}
+	return group(fmt.Sprintf("%.2f", ns/1e3))
+}
+
+// megabytes writes bytes per second as MB/s (10^6 bytes) with one decimal.
+func megabytes(bps float64) string { return group(fmt.Sprintf("%.1f", bps/1e6)) }
+
+// ratio writes a/b as "0.45x", or "-" when either is unknown.
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	x := a / b
+	switch {
+	case x >= 100:
+		return group(fmt.Sprintf("%.0f", x)) + "x"
+	case x >= 10:
+		return fmt.Sprintf("%.1fx", x)
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+// percent writes a as a share of b.
+func percent(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	x := 100 * a / b
+	if x < 1 {
+		return fmt.Sprintf("%.2f%%", x)
+	}
+	return fmt.Sprintf("%.1f%%", x)
+}
+
+// spread writes half the range of vals relative to ref, as "±3.1%".
+func spread(vals []float64, ref float64) string {
+	if len(vals) < 2 || ref <= 0 {
+		return "-"
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range vals {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return fmt.Sprintf("±%.1f%%", 50*(hi-lo)/ref)
+}
+
+// group puts thousands separators into the integer part of a decimal number.
+func group(s string) string {
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	sign := ""
+	if strings.HasPrefix(intPart, "-") {
+		sign, intPart = "-", intPart[1:]
+	}
+	var b strings.Builder
+	for i, c := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	out := sign + b.String()
+	if hasFrac {
+		out += "." + frac
+	}
+	return out
+}
+
+// quoteCommand writes a command line so that it can be pasted into a shell.
+func quoteCommand(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,+@%", r))
+		}) < 0 {
+			q[i] = a
+		} else {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}

@@ -1,0 +1,367 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+)
+
+// Config says what Run measures.
+type Config struct {
+	// Transports are measured in this order, alternating within every point.
+	Transports []Transport
+	// Baseline names the transport the ratio columns divide by. Empty means "tcp" if it
+	// is among Transports, else the first transport.
+	Baseline string
+	// LatSizes are the ping-pong message sizes; none skips ping-pong.
+	LatSizes []int
+	// BWSizes are the stream message sizes; none skips the stream.
+	BWSizes []int
+	// Duration is how long each point is measured, after Warmup.
+	Duration time.Duration
+	Warmup   time.Duration
+	// Rounds repeats every point; the transports take turns in every round, starting one
+	// further along each round so that none is always first.
+	Rounds int
+	// Pin puts this process on CPU 0 and each server child on CPU 1 (sched_setaffinity),
+	// after the floors are measured; the previous CPU mask is restored before Run returns.
+	Pin bool
+	// Server makes the command for a server child.
+	Server ServerCmd
+	// Command is the command line to record in the results.
+	Command []string
+	// Progress, if set, is called before each measurement: step counts from 1 to steps.
+	Progress func(step, steps int, what string)
+}
+
+const (
+	clientCPU = 0
+	serverCPU = 1
+	// dialTimeout bounds connection setup, handshakes included.
+	dialTimeout = 10 * time.Second
+	// ioGrace is added to warm-up plus duration for the connection deadline: a transport
+	// that stalls fails the run instead of hanging it.
+	ioGrace = 20 * time.Second
+)
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Transports) == 0:
+		return errors.New("no transports to measure")
+	case len(c.LatSizes) == 0 && len(c.BWSizes) == 0:
+		return errors.New("no message sizes to measure")
+	case c.Duration <= 0:
+		return fmt.Errorf("duration %v: must be positive", c.Duration)
+	case c.Warmup < 0:
+		return fmt.Errorf("warm-up %v: must not be negative", c.Warmup)
+	case c.Rounds < 1:
+		return fmt.Errorf("rounds %d: must be at least 1", c.Rounds)
+	case c.Server == nil:
+		return errors.New("no server command")
+	}
+	for i, t := range c.Transports {
+		if t.Name == "" || t.Listen == nil || t.Dial == nil {
+			return fmt.Errorf("transport %d (%q) needs a name, Listen and Dial", i, t.Name)
+		}
+		if slices.ContainsFunc(c.Transports[:i], func(u Transport) bool { return u.Name == t.Name }) {
+			return fmt.Errorf("transport %q listed twice", t.Name)
+		}
+	}
+	for _, n := range slices.Concat(c.LatSizes, c.BWSizes) {
+		if n < 1 || n > MaxSize {
+			return fmt.Errorf("message size %d: must be between 1 and %d", n, MaxSize)
+		}
+	}
+	if c.Baseline != "" && !slices.Contains(c.names(), c.Baseline) {
+		return fmt.Errorf("baseline %q is not among the transports (%v)", c.Baseline, c.names())
+	}
+	return nil
+}
+
+func (c *Config) names() []string {
+	names := make([]string, len(c.Transports))
+	for i, t := range c.Transports {
+		names[i] = t.Name
+	}
+	return names
+}
+
+func (c *Config) baseline() string {
+	switch {
+	case c.Baseline != "":
+		return c.Baseline
+	case slices.Contains(c.names(), "tcp"):
+		return "tcp"
+	}
+	return c.Transports[0].Name
+}
+
+// floorDuration is how long each floor figure is measured: a fifth of a point, within
+// 10..200 ms.
+func floorDuration(d time.Duration) time.Duration {
+	return min(max(d/5, 10*time.Millisecond), 200*time.Millisecond)
+}
+
+// Run measures every point of cfg and returns the figures. Any failure, a payload
+// mismatch above all, fails the whole run: no figure is posted for a transport that did
+// not deliver every byte intact.
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	res := &Results{
+		Schema:  Schema,
+		Date:    time.Now().UTC().Truncate(time.Second),
+		Command: cfg.Command,
+		Machine: machineInfo(),
+		Settings: Settings{
+			Transports: cfg.names(),
+			Baseline:   cfg.baseline(),
+			LatSizes:   cfg.LatSizes,
+			BWSizes:    cfg.BWSizes,
+			DurationNS: int64(cfg.Duration),
+			WarmupNS:   int64(cfg.Warmup),
+			Rounds:     cfg.Rounds,
+			Pinned:     cfg.Pin,
+			ClientCPU:  -1,
+			ServerCPU:  -1,
+		},
+	}
+	cpus := [2]int{-1, -1}
+	if cfg.Pin {
+		if !cpusAvailable(clientCPU, serverCPU) {
+			return nil, fmt.Errorf("cannot pin: CPUs %d and %d are not both available to this process", clientCPU, serverCPU)
+		}
+		cpus = [2]int{clientCPU, serverCPU}
+		res.Settings.ClientCPU, res.Settings.ServerCPU = clientCPU, serverCPU
+	}
+
+	res.Floors = measureFloors(slices.Concat(cfg.LatSizes, cfg.BWSizes), floorDuration(cfg.Duration), cpus)
+	if err := ctx.Err(); err != nil {
+		return nil, context.Cause(ctx)
+	}
+
+	if cfg.Pin {
+		restore, err := pinProcess(clientCPU)
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+	}
+	r := &runner{cfg: cfg, serverCPU: cpus[1], steps: (len(cfg.LatSizes) + len(cfg.BWSizes)) * cfg.Rounds * len(cfg.Transports)}
+	for _, size := range cfg.LatSizes {
+		p, err := r.latencyPoint(ctx, size, res.Floors)
+		if err != nil {
+			return nil, err
+		}
+		res.Latency = append(res.Latency, p)
+	}
+	for _, size := range cfg.BWSizes {
+		p, err := r.streamPoint(ctx, size, res.Floors)
+		if err != nil {
+			return nil, err
+		}
+		res.Stream = append(res.Stream, p)
+	}
+	return res, nil
+}
+
+// runner carries the state of one Run across its measurements.
+type runner struct {
+	cfg       Config
+	serverCPU int
+	step      int
+	steps     int
+}
+
+// each calls fn for every round and every transport, alternating, and stops at the first
+// error. fn gets the index of the transport in cfg.Transports.
+func (r *runner) each(ctx context.Context, what string, fn func(ti, round int) error) error {
+	n := len(r.cfg.Transports)
+	for round := range r.cfg.Rounds {
+		for k := range n {
+			ti := (k + round) % n
+			if err := ctx.Err(); err != nil {
+				return context.Cause(ctx)
+			}
+			r.step++
+			if r.cfg.Progress != nil {
+				r.cfg.Progress(r.step, r.steps, fmt.Sprintf("%s, %s, round %d of %d", what, r.cfg.Transports[ti].Name, round+1, r.cfg.Rounds))
+			}
+			if err := fn(ti, round); err != nil {
+				return fmt.Errorf("%s over %s, round %d: %w", what, r.cfg.Transports[ti].Name, round+1, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *runner) latencyPoint(ctx context.Context, size int, fl Floors) (LatencyPoint, error) {
+	p := LatencyPoint{Size: size, Results: make([]LatencyResult, len(r.cfg.Transports))}
+	if fl.CacheLineRTTNS > 0 {
+		p.FloorNS = fl.CacheLineRTTNS + 2*copyNS(fl, size)
+	}
+	hists := make([]*histogram, len(r.cfg.Transports))
+	elapsed := make([]time.Duration, len(r.cfg.Transports))
+	err := r.each(ctx, "ping-pong "+FormatSize(size), func(ti, round int) error {
+		var h *histogram
+		var el time.Duration
+		err := r.session(ctx, r.cfg.Transports[ti], func(conn net.Conn) error {
+			var err error
+			h, el, err = pingPongClient(conn, size, r.cfg.Warmup, r.cfg.Duration)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		res := &p.Results[ti]
+		res.Rounds = append(res.Rounds, h.stats(el))
+		if hists[ti] == nil {
+			hists[ti] = h
+		} else {
+			hists[ti].merge(h)
+		}
+		elapsed[ti] += el
+		return nil
+	})
+	if err != nil {
+		return LatencyPoint{}, err
+	}
+	for ti, t := range r.cfg.Transports {
+		p.Results[ti].Transport = t.Name
+		p.Results[ti].LatencyStats = hists[ti].stats(elapsed[ti])
+	}
+	return p, nil
+}
+
+func (r *runner) streamPoint(ctx context.Context, size int, fl Floors) (StreamPoint, error) {
+	p := StreamPoint{Size: size, Results: make([]StreamResult, len(r.cfg.Transports))}
+	if ns := copyNS(fl, size); ns > 0 {
+		p.CopyBytesPerSec = float64(size) / ns * 1e9
+	}
+	err := r.each(ctx, "stream "+FormatSize(size), func(ti, round int) error {
+		var sr streamResult
+		err := r.session(ctx, r.cfg.Transports[ti], func(conn net.Conn) error {
+			var err error
+			sr, err = streamClient(conn, size, r.cfg.Warmup, r.cfg.Duration)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if sr.rep.windowBytes == 0 || sr.rep.window <= 0 {
+			return fmt.Errorf("the receiver's measurement window is empty (%d bytes in %v); use a longer duration",
+				sr.rep.windowBytes, sr.rep.window)
+		}
+		res := &p.Results[ti]
+		res.Rounds = append(res.Rounds, streamStats(size, sr))
+		return nil
+	})
+	if err != nil {
+		return StreamPoint{}, err
+	}
+	for ti, t := range r.cfg.Transports {
+		p.Results[ti].Transport = t.Name
+		p.Results[ti].StreamStats = sumStream(size, p.Results[ti].Rounds)
+	}
+	return p, nil
+}
+
+// copyNS is the time of one copy() of size bytes from the floors, or 0 if not measured.
+func copyNS(fl Floors, size int) float64 {
+	for _, c := range fl.Copy {
+		if c.Size == size {
+			return c.NSPerCopy
+		}
+	}
+	return 0
+}
+
+func streamStats(size int, sr streamResult) StreamStats {
+	sec := sr.rep.window.Seconds()
+	s := StreamStats{
+		BytesPerSec:      float64(sr.rep.windowBytes) / sec,
+		MsgsPerSec:       float64(sr.rep.windowBytes) / float64(size) / sec,
+		WindowBytes:      sr.rep.windowBytes,
+		WindowNS:         int64(sr.rep.window),
+		MessagesSent:     sr.sent,
+		BytesSent:        sr.sent * uint64(size),
+		MessagesReceived: sr.rep.messages,
+		BytesReceived:    sr.rep.bytes,
+	}
+	if sr.sendTime > 0 {
+		s.SenderBytesPerSec = float64(s.BytesSent) / sr.sendTime.Seconds()
+	}
+	return s
+}
+
+// sumStream adds up rounds: rates over the sum of the windows.
+func sumStream(size int, rounds []StreamStats) StreamStats {
+	var s StreamStats
+	var sendSec float64
+	for _, r := range rounds {
+		s.WindowBytes += r.WindowBytes
+		s.WindowNS += r.WindowNS
+		s.MessagesSent += r.MessagesSent
+		s.BytesSent += r.BytesSent
+		s.MessagesReceived += r.MessagesReceived
+		s.BytesReceived += r.BytesReceived
+		if r.SenderBytesPerSec > 0 {
+			sendSec += float64(r.BytesSent) / r.SenderBytesPerSec
+		}
+	}
+	if sec := time.Duration(s.WindowNS).Seconds(); sec > 0 {
+		s.BytesPerSec = float64(s.WindowBytes) / sec
+		s.MsgsPerSec = s.BytesPerSec / float64(size)
+	}
+	if sendSec > 0 {
+		s.SenderBytesPerSec = float64(s.BytesSent) / sendSec
+	}
+	return s
+}
+
+// session runs one measurement: it starts a server child for t, connects to it, runs fn
+// on the connection, closes it and tears the child down. The error says which side failed.
+func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) error) error {
+	ch, err := startChild(ctx, r.cfg.Server, serverArgs(t.Name, r.serverCPU))
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	conn, err := t.Dial(dctx, ch.addr)
+	cancel()
+	if err != nil {
+		ch.kill()
+		ch.finish(ctx)
+		return fmt.Errorf("dial %s: %w", ch.addr, err)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	// Transports without deadlines return an error here; they can still be measured.
+	_ = conn.SetDeadline(time.Now().Add(r.cfg.Warmup + r.cfg.Duration + ioGrace))
+	clientErr := fn(conn)
+	stop()
+	conn.Close()
+	serverErr := ch.finish(ctx)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return blame(clientErr, serverErr)
+}
+
+// blame combines the errors of both sides, leading with the likely cause: a mismatch or
+// protocol error the client found itself, else what the server reported (the client's I/O
+// error is then usually the server going away).
+func blame(client, server error) error {
+	switch {
+	case server == nil:
+		return client
+	case client == nil:
+		return fmt.Errorf("server: %w", server)
+	case errors.Is(client, ErrMismatch) || errors.Is(client, ErrProtocol):
+		return fmt.Errorf("%w (server: %v)", client, server)
+	}
+	return fmt.Errorf("server: %w (client: %v)", server, client)
+}
