@@ -91,6 +91,9 @@ func ReadMsg(r io.Reader, expect MsgType, buf []byte) (MsgType, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if h.Type < TypeProposal || h.Type > TypeDecline {
+		return 0, nil, fieldErr(h.Type, "type", h.Type, "1..4")
+	}
 	if h.Type != expect && h.Type != TypeDecline {
 		return 0, nil, fieldErr(h.Type, "type", h.Type, expect.String()+" or decline")
 	}

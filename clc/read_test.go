@@ -51,6 +51,7 @@ func TestReadMsgRejectsHeader(t *testing.T) {
 		expect      MsgType
 	}{
 		{"wrong type", "type", acc, TypeConfirm},
+		{"unknown type expected", "type", patch(acc, 4, 9), MsgType(9)},
 		{"eyecatcher", "eyecatcher", patch(acc, 1, 0), TypeAccept},
 		{"version 0", "version", patch(acc, 7, 0x01), TypeAccept},
 		{"length below header+trailer", "length", withLen(acc, 8), TypeAccept},

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -22,40 +23,40 @@ func measureFloors(sizes []int, dur time.Duration, cpus [2]int) Floors {
 	return f
 }
 
+// floorBatch is the length of one timed batch in a floor measurement. A floor is the
+// fastest batch, not the average: it bounds what is possible, and on a shared machine
+// most batches lose time to other processes.
+const floorBatch = time.Millisecond
+
 // copyFloor measures copy() of size bytes from one buffer to another, in a loop: the
 // bandwidth no transport that copies the payload once can beat.
 func copyFloor(size int, dur time.Duration) CopyFloor {
 	src := newPattern(size).message(0)
 	dst := make([]byte, size)
 	batch := 1
-	var ops int
-	start := time.Now()
-	var elapsed time.Duration
-	for {
+	best := math.Inf(1) // ns per copy
+	for start := time.Now(); time.Since(start) < dur; {
 		t := time.Now()
 		for range batch {
 			copy(dst, src)
 		}
-		ops += batch
-		now := time.Now()
-		if elapsed = now.Sub(start); elapsed >= dur {
-			break
-		}
-		if now.Sub(t) < time.Millisecond {
+		el := time.Since(t)
+		if el < floorBatch {
 			batch *= 2
+			continue
 		}
+		best = min(best, float64(el.Nanoseconds())/float64(batch))
 	}
-	sec := elapsed.Seconds()
-	return CopyFloor{
-		Size:        size,
-		BytesPerSec: float64(ops) * float64(size) / sec,
-		NSPerCopy:   float64(elapsed.Nanoseconds()) / float64(ops),
+	if math.IsInf(best, 1) {
+		return CopyFloor{Size: size}
 	}
+	return CopyFloor{Size: size, BytesPerSec: float64(size) / best * 1e9, NSPerCopy: best}
 }
 
 // cacheLineRTT measures the round trip of one cache line between two OS threads that
-// spin on an atomic word: one makes it odd, the other even again. It returns the round
-// trip in nanoseconds and a note on where the threads ran (or why nothing was measured).
+// spin on an atomic word: one makes it odd, the other even again. It returns the fastest
+// round trip of a batch in nanoseconds and a note on where the threads ran (or why
+// nothing was measured).
 func cacheLineRTT(dur time.Duration, cpus [2]int) (float64, string) {
 	if runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
 		return 0, "not measured: needs two CPUs and GOMAXPROCS >= 2"
@@ -73,7 +74,7 @@ func cacheLineRTT(dur time.Duration, cpus [2]int) (float64, string) {
 	var (
 		wg      sync.WaitGroup
 		pinErrs [2]error
-		rttNS   float64
+		best    = math.Inf(1)
 	)
 	// Neither goroutine unlocks its thread: the runtime then discards the (possibly
 	// pinned) thread when the goroutine ends, instead of reusing it.
@@ -97,23 +98,25 @@ func cacheLineRTT(dur time.Duration, cpus [2]int) (float64, string) {
 		if cpus[0] >= 0 {
 			pinErrs[0] = pinThread(cpus[0])
 		}
-		const warm, check = 1000, 1024
-		var start time.Time
-		for i := int64(0); ; i++ {
-			line.v.Store(2*i + 1)
-			for line.v.Load() != 2*i+2 {
-			}
-			switch {
-			case i == warm:
-				start = time.Now()
-			case i > warm && (i-warm)%check == 0:
-				if el := time.Since(start); el >= dur {
-					rttNS = float64(el.Nanoseconds()) / float64(i-warm)
-					line.v.Store(-1)
-					return
+		batch := int64(64)
+		var v int64
+		for start := time.Now(); time.Since(start) < dur; {
+			t := time.Now()
+			for range batch {
+				v++
+				line.v.Store(v)
+				v++
+				for line.v.Load() != v {
 				}
 			}
+			el := time.Since(t)
+			if el < floorBatch/4 {
+				batch *= 2
+				continue
+			}
+			best = min(best, float64(el.Nanoseconds())/float64(batch))
 		}
+		line.v.Store(-1)
 	})
 	wg.Wait()
 	for _, err := range pinErrs {
@@ -122,5 +125,8 @@ func cacheLineRTT(dur time.Duration, cpus [2]int) (float64, string) {
 			break
 		}
 	}
-	return rttNS, where
+	if math.IsInf(best, 1) {
+		return 0, "not measured: no batch completed"
+	}
+	return best, where
 }

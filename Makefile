@@ -1,0 +1,51 @@
+# The targets people and CI share. `make test` is the whole suite (what .ci/run runs).
+GO      ?= go
+PKGS    := ./...
+FUZZTIME ?= 5s
+
+.PHONY: all build test unit race stream fuzz-smoke bench-smoke bench lint tidy-check clean
+
+all: build test
+
+build:
+	$(GO) build -o bin/smcloop ./cmd/smcloop
+
+# The whole suite: lint, every package under the race detector (the short variants of the
+# long cross-process tests), the 1 GiB two-process stream without the race detector, a
+# short fuzz of every fuzz target, and one iteration of every Go benchmark.
+test: lint race stream fuzz-smoke bench-smoke
+
+race:
+	$(GO) test -race -short -count=1 -timeout 15m $(PKGS)
+
+unit:
+	$(GO) test -count=1 $(PKGS)
+
+stream:
+	$(GO) test -count=1 -timeout 10m -run 'TestCrossProcessStream1GiB' ./test
+
+fuzz-smoke:
+	@set -e; for spec in $$($(GO) run ./internal/fuzzlist); do \
+		pkg=$${spec%%:*}; fn=$${spec##*:}; \
+		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg > /tmp/smcloop-fuzz.log 2>&1 || { cat /tmp/smcloop-fuzz.log; exit 1; }; \
+	done
+
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
+
+# The comparison the README quotes: smcloop vs Go TCP vs Go unix sockets, separate processes.
+bench: build
+	./bin/smcloop bench
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	CGO_ENABLED=0 $(GO) build $(PKGS)
+
+tidy-check:
+	$(GO) mod tidy
+	git diff --exit-code go.mod go.sum
+
+clean:
+	rm -rf bin
