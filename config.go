@@ -95,6 +95,7 @@ type envDefaults struct {
 	ueid             string
 	handshakeTimeout time.Duration
 	maxDMBs          int
+	limitHS          bool
 }
 
 var envSettings = map[string]envSetting{
@@ -124,16 +125,9 @@ var envSettings = map[string]envSetting{
 		}
 		return err
 	}},
-	"SMCLOOP_SMCD": {"on or off", func(v string, d *envDefaults) error {
-		switch strings.ToLower(v) {
-		case "on", "1", "true":
-			d.smcd = true
-		case "off", "0", "false":
-			d.smcd = false
-		default:
-			return fmt.Errorf("want on or off")
-		}
-		return nil
+	"SMCLOOP_SMCD": {"on or off", func(v string, d *envDefaults) (err error) {
+		d.smcd, err = parseOnOff(v)
+		return err
 	}},
 	"SMCLOOP_UEID": {"user-defined EID, up to 32 of A-Z 0-9 . -", func(v string, d *envDefaults) error {
 		if _, err := clc.MakeEID(v); err != nil {
@@ -147,6 +141,10 @@ var envSettings = map[string]envSetting{
 		if err == nil && d.handshakeTimeout <= 0 {
 			err = fmt.Errorf("want a positive duration")
 		}
+		return err
+	}},
+	"SMCLOOP_LIMIT_HS": {"listeners fall back to TCP while handshakes are congested: on or off", func(v string, d *envDefaults) (err error) {
+		d.limitHS, err = parseOnOff(v)
 		return err
 	}},
 	"SMCLOOP_MAX_DMBS": {"DMB limit of the default ISM device (default 5000)", func(v string, d *envDefaults) (err error) {
@@ -201,6 +199,16 @@ func Environment() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+func parseOnOff(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "on", "1", "true":
+		return true, nil
+	case "off", "0", "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("want on or off")
 }
 
 // parseSize accepts a byte count with an optional K, KiB, M or MiB suffix.

@@ -3,6 +3,15 @@ package smcloop
 import (
 	"context"
 	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/presence"
 )
 
 // Dialer dials SMC connections. The zero value uses the process defaults.
@@ -30,6 +39,10 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // invalid Config or SMCLOOP_* variable) fails here before any connection is made; a
 // decline by either side yields a working TCP connection; a handshake that times out or
 // breaks the protocol is an error, as with the kernel.
+//
+// CLC is spoken only to a local smcloop listener (see docs/CAPABILITY.md): against any
+// other server the connection is plain TCP from the first byte, with fallback reason
+// PEERNOSMC, exactly like a kernel SMC socket whose SYN-ACK lacked the SMC option.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	if err := checkNetwork(network); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
@@ -43,16 +56,148 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 		ctx, cancel = context.WithTimeout(ctx, d.NetDialer.Timeout)
 		defer cancel()
 	}
-	tcp, err := d.NetDialer.DialContext(ctx, network, address)
+	var sig dialSignal
+	nd := d.NetDialer
+	nd.ControlContext = sig.control(d.NetDialer)
+	nd.Control = nil
+	nd.LocalAddr = nil // bound by sig.control
+	tcp, err := nd.DialContext(ctx, network, address)
+	entry := sig.take(tcp)
 	if err != nil {
 		return nil, err
 	}
+	if entry == nil {
+		return plainConn(tcp, cfg, clc.DeclPeerNoSMC), nil
+	}
 	c, err := clientHandshake(ctx, tcp, cfg)
+	entry.Close() // the listener looks the name up before it reads the first CLC byte
 	if err != nil {
 		tcp.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Source: tcp.LocalAddr(), Addr: tcp.RemoteAddr(), Err: err}
 	}
 	return c, nil
+}
+
+// dialSignal binds the dialing socket before its SYN and, if the destination is a local
+// smcloop listener, registers the socket's dialer name so the listener knows to expect
+// CLC. A dial may try several addresses; one entry per attempt is kept until the winner
+// is known.
+type dialSignal struct {
+	mu      sync.Mutex
+	entries []*presence.Entry
+}
+
+func (s *dialSignal) control(user net.Dialer) func(ctx context.Context, network, address string, rc syscall.RawConn) error {
+	return func(ctx context.Context, network, address string, rc syscall.RawConn) error {
+		switch {
+		case user.ControlContext != nil:
+			if err := user.ControlContext(ctx, network, address, rc); err != nil {
+				return err
+			}
+		case user.Control != nil:
+			if err := user.Control(network, address, rc); err != nil {
+				return err
+			}
+		}
+		dst, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return nil
+		}
+		smc := presence.IsLocal(dst.Addr()) && presence.ListenerPresent(dst)
+		var laddr netip.AddrPort
+		if a, ok := user.LocalAddr.(*net.TCPAddr); ok && a != nil {
+			laddr = a.AddrPort()
+		}
+		if !smc && !laddr.IsValid() {
+			return nil // plain TCP: let connect pick the port
+		}
+		port, err := bindLocal(rc, network, laddr, smc)
+		if err != nil || !smc {
+			return err
+		}
+		e, err := presence.Register(presence.DialerName(port, dst))
+		if err != nil {
+			return nil // no signal, no CLC: the connection is plain TCP
+		}
+		s.mu.Lock()
+		s.entries = append(s.entries, e)
+		s.mu.Unlock()
+		return nil
+	}
+}
+
+// take returns the entry of the connection that won and releases the others.
+func (s *dialSignal) take(c net.Conn) *presence.Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var won *presence.Entry
+	if c != nil {
+		la, _ := c.LocalAddr().(*net.TCPAddr)
+		ra, _ := c.RemoteAddr().(*net.TCPAddr)
+		if la != nil && ra != nil {
+			want := presence.DialerName(uint16(la.Port), ra.AddrPort())
+			for _, e := range s.entries {
+				if e.Name() == want {
+					won = e
+				}
+			}
+		}
+	}
+	for _, e := range s.entries {
+		if e != won {
+			e.Close()
+		}
+	}
+	return won
+}
+
+// bindLocal binds the socket to laddr (or the wildcard address with port 0) before
+// connect and returns the port. SO_REUSEADDR lets a port whose earlier connection sits in
+// TIME_WAIT be bound again, as connect's own port choice would.
+func bindLocal(rc syscall.RawConn, network string, laddr netip.AddrPort, reuse bool) (uint16, error) {
+	var port uint16
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		if reuse {
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
+				return
+			}
+		}
+		var sa unix.Sockaddr
+		if network == "tcp4" {
+			sa4 := &unix.SockaddrInet4{Port: int(laddr.Port())}
+			if laddr.IsValid() {
+				sa4.Addr = laddr.Addr().Unmap().As4()
+			}
+			sa = sa4
+		} else {
+			sa6 := &unix.SockaddrInet6{Port: int(laddr.Port())}
+			if laddr.IsValid() {
+				sa6.Addr = laddr.Addr().As16()
+			}
+			sa = sa6
+		}
+		if serr = unix.Bind(int(fd), sa); serr != nil {
+			return
+		}
+		var got unix.Sockaddr
+		if got, serr = unix.Getsockname(int(fd)); serr != nil {
+			return
+		}
+		switch a := got.(type) {
+		case *unix.SockaddrInet4:
+			port = uint16(a.Port)
+		case *unix.SockaddrInet6:
+			port = uint16(a.Port)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, os.NewSyscallError("bind", serr)
+	}
+	return port, nil
 }
 
 func checkNetwork(network string) error {

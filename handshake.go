@@ -122,6 +122,12 @@ func (h *handshake) fallback(local, peer uint32) *Conn {
 	}
 }
 
+// plainConn wraps a TCP connection on which no CLC is spoken: the peer gave no SMC
+// capability signal (reason PEERNOSMC), or the listener's handshakes were congested.
+func plainConn(tcp net.Conn, cfg *settings, reason uint32) *Conn {
+	return &Conn{tcp: &countingConn{Conn: tcp}, cfg: cfg, net: "tcp", state: StateActive, localReason: reason}
+}
+
 // established builds the SMC-D connection over the registered and attached DMBs.
 func (h *handshake) established() (*Conn, error) {
 	l, err := smcd.New(h.dmb, h.remote, h.cfg.sendMode == SendCopy)

@@ -3,34 +3,83 @@ package smcloop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"sync"
+	"sync/atomic"
+
+	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/presence"
 )
 
-// DefaultBacklog bounds connections that are in their handshake or handshaken but not
-// yet accepted, like listen()'s backlog.
-const DefaultBacklog = 128
+// Listener defaults.
+const (
+	// DefaultBacklog bounds connections that are in their handshake or handshaken but
+	// not yet accepted, like listen()'s backlog (the kernel's SOMAXCONN is 4096; smcloop
+	// keeps a smaller default because each pending SMC connection holds DMBs).
+	DefaultBacklog = 512
+	// DefaultHandshakeWorkers bounds concurrent CLC handshakes per listener (the
+	// kernel's smc_hs_wq); handshakes beyond it wait in the backlog, and the listener
+	// counts as congested.
+	DefaultHandshakeWorkers = 64
+)
 
 // ListenConfig configures a Listener.
 type ListenConfig struct {
 	// Config holds the SMC settings of accepted connections.
 	Config Config
-	// Backlog bounds pending connections (handshaking plus not yet accepted); 0 means
-	// DefaultBacklog. While it is full the listener stops accepting TCP connections and
-	// the kernel's own listen backlog pushes back on clients.
+	// Backlog bounds pending connections (handshaking, waiting for a handshake worker,
+	// or handshaken and not yet accepted); 0 means DefaultBacklog. While it is full the
+	// listener stops accepting TCP connections and the kernel's listen backlog pushes
+	// back on clients.
 	Backlog int
+	// HandshakeWorkers bounds concurrent handshakes; 0 means DefaultHandshakeWorkers.
+	HandshakeWorkers int
+	// LimitHandshake is SMC_LIMIT_HS: while handshakes are congested (every worker busy
+	// and more waiting), the listener withdraws its SMC capability signal, so new
+	// clients connect as plain TCP at once, with no CLC exchange (reason PEERNOSMC).
+	// Nil means the process default (SMCLOOP_LIMIT_HS, else off, as
+	// net.smc.limit_smc_hs).
+	LimitHandshake *bool
 	// NetListenConfig creates the TCP listener.
 	NetListenConfig net.ListenConfig
 }
 
-// Listener accepts SMC connections. Its accept loop never waits on a handshake:
-// handshakes run on their own goroutines, bounded by the backlog.
-type Listener struct {
-	tcp net.Listener
-	cfg *settings
+// ListenerStats are a listener's counters.
+type ListenerStats struct {
+	Accepted       uint64 // TCP connections taken from the kernel
+	SMC            uint64 // handshakes that ended in SMC-D
+	Fallback       uint64 // connections delivered as TCP (no signal, decline, congestion)
+	HandshakeErrs  uint64 // handshakes that failed (timeout, I/O, protocol): dropped
+	Congested      uint64 // times the listener entered handshake congestion
+	Withdrawn      uint64 // times LimitHandshake withdrew the capability signal
+	BacklogFull    uint64 // times the accept loop paused on a full backlog
+	PendingNow     int    // connections in the backlog now
+	HandshakingNow int    // handshakes queued or running now
+}
 
-	ready chan *Conn    // handshaken connections
+// Listener accepts SMC connections. Its accept loop never waits on a handshake: it
+// classifies each TCP connection by the capability signal (one syscall), hands the SMC
+// ones to a bounded set of handshake workers and delivers the plain ones directly.
+type Listener struct {
+	tcp     net.Listener
+	cfg     *settings
+	limitHS bool
+	workers int
+	name    string // our capability name
+
+	ready chan *Conn    // connections ready for Accept
 	slots chan struct{} // one token per pending connection (backlog)
+	jobs  chan net.Conn // accepted connections waiting for a handshake worker
+
+	sigMu     sync.Mutex
+	sig       *presence.Entry // nil while withdrawn; sigMu
+	congested bool            // sigMu
+
+	handshaking atomic.Int64 // queued + running handshakes
+
+	accepted, smc, fallback, hsErrs, congestions, withdrawals, backlogFull atomic.Uint64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -50,45 +99,76 @@ func Listen(network, address string) (*Listener, error) {
 // Listen listens on address. Misconfiguration fails here with a message naming the
 // setting to change.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*Listener, error) {
+	fail := func(err error) (*Listener, error) { return nil, &net.OpError{Op: "listen", Net: network, Err: err} }
 	if err := checkNetwork(network); err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+		return fail(err)
 	}
 	cfg, err := lc.Config.resolve()
 	if err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+		return fail(err)
 	}
-	backlog := lc.Backlog
+	backlog, workers := lc.Backlog, lc.HandshakeWorkers
 	switch {
 	case backlog < 0:
-		return nil, &net.OpError{Op: "listen", Net: network, Err: errors.New("smcloop: ListenConfig.Backlog is negative; use 0 for the default")}
-	case backlog == 0:
+		return fail(errors.New("smcloop: ListenConfig.Backlog is negative; use 0 for the default"))
+	case workers < 0:
+		return fail(errors.New("smcloop: ListenConfig.HandshakeWorkers is negative; use 0 for the default"))
+	}
+	if backlog == 0 {
 		backlog = DefaultBacklog
+	}
+	if workers == 0 {
+		workers = DefaultHandshakeWorkers
+	}
+	env, _ := processDefaults() // resolve already reported its error
+	limit := env.limitHS
+	if lc.LimitHandshake != nil {
+		limit = *lc.LimitHandshake
 	}
 	tcp, err := lc.NetListenConfig.Listen(ctx, network, address)
 	if err != nil {
 		return nil, err
 	}
+	ta, ok := tcp.Addr().(*net.TCPAddr)
+	if !ok {
+		tcp.Close()
+		return fail(fmt.Errorf("smcloop: listener address %v is not TCP", tcp.Addr()))
+	}
 	l := &Listener{
-		tcp: tcp, cfg: cfg,
+		tcp: tcp, cfg: cfg, limitHS: limit, workers: workers,
+		name:   presence.ListenerName(ta.AddrPort()),
 		ready:  make(chan *Conn, backlog),
 		slots:  make(chan struct{}, backlog),
+		jobs:   make(chan net.Conn, backlog),
 		closed: make(chan struct{}),
 	}
+	if l.sig, err = presence.Register(l.name); err != nil {
+		tcp.Close()
+		return fail(fmt.Errorf("smcloop: advertising SMC capability for %v: %w", ta, err))
+	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.wg.Add(1)
+	l.wg.Add(1 + workers)
 	go l.acceptLoop()
+	for range workers {
+		go l.worker()
+	}
 	return l, nil
 }
 
-// acceptLoop takes TCP connections while the backlog has room and hands each to its
-// own handshake goroutine.
+// acceptLoop takes TCP connections while the backlog has room. It does no I/O on them:
+// one probe decides whether the client will speak CLC.
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
 	for {
 		select {
 		case l.slots <- struct{}{}:
-		case <-l.closed:
-			return
+		default:
+			l.backlogFull.Add(1)
+			select {
+			case l.slots <- struct{}{}:
+			case <-l.closed:
+				return
+			}
 		}
 		tcp, err := l.tcp.Accept()
 		if err != nil {
@@ -103,30 +183,103 @@ func (l *Listener) acceptLoop() {
 			}
 			return
 		}
-		l.wg.Add(1)
-		go l.handshake(tcp)
+		l.accepted.Add(1)
+		if !clientSignalled(tcp) {
+			l.fallback.Add(1)
+			l.deliver(plainConn(tcp, l.cfg, clc.DeclPeerNoSMC))
+			continue
+		}
+		l.handshaking.Add(1)
+		l.jobs <- tcp // never blocks: jobs has the backlog's capacity
+		l.updateCongestion()
+	}
+}
+
+// clientSignalled reports whether the client of tcp registered its dialer name, i.e.
+// is an smcloop dialer about to send a CLC Proposal.
+func clientSignalled(tcp net.Conn) bool {
+	la, ok1 := tcp.LocalAddr().(*net.TCPAddr)
+	ra, ok2 := tcp.RemoteAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return false
+	}
+	ok, _ := presence.Probe(presence.DialerName(uint16(ra.Port), netip.AddrPortFrom(la.AddrPort().Addr(), la.AddrPort().Port())))
+	return ok
+}
+
+// updateCongestion tracks handshake congestion (more handshakes than workers) and, with
+// LimitHandshake, withdraws or restores the capability signal.
+func (l *Listener) updateCongestion() {
+	l.sigMu.Lock()
+	defer l.sigMu.Unlock()
+	congested := l.handshaking.Load() > int64(l.workers)
+	if congested == l.congested {
+		return
+	}
+	l.congested = congested
+	if congested {
+		l.congestions.Add(1)
+	}
+	if !l.limitHS {
+		return
+	}
+	switch {
+	case congested && l.sig != nil:
+		l.sig.Close()
+		l.sig = nil
+		l.withdrawals.Add(1)
+	case !congested && l.sig == nil:
+		select {
+		case <-l.closed:
+		default:
+			l.sig, _ = presence.Register(l.name)
+		}
+	}
+}
+
+func (l *Listener) worker() {
+	defer l.wg.Done()
+	for {
+		select {
+		case tcp := <-l.jobs:
+			l.handshake(tcp)
+			l.handshaking.Add(-1)
+			l.updateCongestion()
+		case <-l.closed:
+			return
+		}
 	}
 }
 
 func (l *Listener) handshake(tcp net.Conn) {
-	defer l.wg.Done()
 	stop := context.AfterFunc(l.ctx, func() { tcp.Close() })
 	c, err := serverHandshake(l.ctx, tcp, l.cfg)
 	stop()
 	if err != nil {
+		l.hsErrs.Add(1)
 		tcp.Close()
 		<-l.slots
 		return
 	}
+	if c.smc {
+		l.smc.Add(1)
+	} else {
+		l.fallback.Add(1)
+	}
+	l.deliver(c)
+}
+
+// deliver queues a connection for Accept; its backlog slot is released by Accept.
+func (l *Listener) deliver(c *Conn) {
 	select {
-	case l.ready <- c: // the slot is released by Accept
+	case l.ready <- c:
 	case <-l.closed:
 		c.Close()
 		<-l.slots
 	}
 }
 
-// Accept waits for the next handshaken connection (SMC-D or fallen back to TCP).
+// Accept waits for the next connection (SMC-D, or TCP after a fallback).
 func (l *Listener) Accept() (net.Conn, error) { return l.AcceptSMC() }
 
 // AcceptSMC is Accept returning the concrete type.
@@ -153,13 +306,25 @@ func (l *Listener) AcceptSMC() (*Conn, error) {
 	return nil, &net.OpError{Op: "accept", Net: "smcd", Addr: l.tcp.Addr(), Err: err}
 }
 
-// Close stops listening, aborts handshakes in progress, closes handshaken connections
-// not yet accepted and waits for the listener's goroutines.
+// Stats returns a snapshot of the listener's counters.
+func (l *Listener) Stats() ListenerStats {
+	return ListenerStats{
+		Accepted: l.accepted.Load(), SMC: l.smc.Load(), Fallback: l.fallback.Load(),
+		HandshakeErrs: l.hsErrs.Load(), Congested: l.congestions.Load(), Withdrawn: l.withdrawals.Load(),
+		BacklogFull: l.backlogFull.Load(), PendingNow: len(l.slots), HandshakingNow: int(l.handshaking.Load()),
+	}
+}
+
+// Close stops listening and withdraws the capability signal, aborts handshakes in
+// progress, closes connections not yet accepted and waits for the listener's goroutines.
 func (l *Listener) Close() error {
 	err := l.shutdown()
 	l.wg.Wait()
 	for {
 		select {
+		case tcp := <-l.jobs:
+			tcp.Close()
+			<-l.slots
 		case c := <-l.ready:
 			c.Close()
 			<-l.slots
@@ -174,7 +339,16 @@ func (l *Listener) shutdown() (err error) {
 	l.once.Do(func() {
 		close(l.closed)
 		l.cancel()
+		l.sigMu.Lock()
+		if l.sig != nil {
+			l.sig.Close()
+			l.sig = nil
+		}
+		l.sigMu.Unlock()
 		err = l.tcp.Close()
+		if errors.Is(err, net.ErrClosed) {
+			err = nil
+		}
 	})
 	return err
 }

@@ -39,7 +39,6 @@ func pipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
 	return client, r.c
 }
 
-
 func TestNettestSMCD(t *testing.T) {
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 		a, b := pipe(t, Config{}, Config{})

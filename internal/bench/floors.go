@@ -98,7 +98,7 @@ func cacheLineRTT(dur time.Duration, cpus [2]int) (float64, string) {
 		if cpus[0] >= 0 {
 			pinErrs[0] = pinThread(cpus[0])
 		}
-		batch := int64(64)
+		batch := int64(1)
 		var v int64
 		for start := time.Now(); time.Since(start) < dur; {
 			t := time.Now()

@@ -22,7 +22,7 @@ const (
 	histSubBits = 8
 	histSub     = 1 << histSubBits
 	histExact   = 2 * histSub
-	histBuckets = histExact + (64-histSubBits-1)*histSub
+	histBuckets = histExact + (63-histSubBits-1)*histSub // up to math.MaxInt64
 )
 
 func newHistogram() *histogram {

@@ -51,8 +51,8 @@ type flip struct {
 }
 
 var (
-	flipWritePP     = flip{"tcp-flip-write-pp", false, headerLen + flipMessage*14}               // byte 0 of a 14-byte message
-	flipReadPP      = flip{"tcp-flip-read-pp", true, flipMessage*14 + flipByte}                  // an echo of 14 bytes
+	flipWritePP     = flip{"tcp-flip-write-pp", false, headerLen + flipMessage*14}                // byte 0 of a 14-byte message
+	flipReadPP      = flip{"tcp-flip-read-pp", true, flipMessage*14 + flipByte}                   // an echo of 14 bytes
 	flipWriteStream = flip{"tcp-flip-write-stream", false, headerLen + flipMessage*64 + flipByte} // a 64-byte message
 	flips           = []flip{flipWritePP, flipReadPP, flipWriteStream}
 )
@@ -110,7 +110,8 @@ func helperServer(t *testing.T) (ServerCmd, string) {
 	tmp := t.TempDir()
 	return func(args []string) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), helperEnv+"=1", "TMPDIR="+tmp)
+		// A binary built with -race sleeps a second before exiting unless told not to.
+		cmd.Env = append(os.Environ(), helperEnv+"=1", "TMPDIR="+tmp, "GORACE=atexit_sleep_ms=0")
 		return cmd
 	}, tmp
 }

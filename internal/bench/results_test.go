@@ -71,11 +71,11 @@ func TestWriteText(t *testing.T) {
 	for _, want := range []string{
 		"command   smcloop bench --lat-sizes '1:64K:*2'",
 		"client on CPU 0, server on CPU 1 (sched_setaffinity)",
-		"  14 B  smcd       12.80  20.10  40.30  13.20    150,000      ±0.8%   0.50x     97.3x",
-		"        tcp        25.60  40.00  80.00  28.00     70,000      ±2.3%   1.00x      195x",
+		"  14 B  smcd       12.80  20.10  40.30  13.20  150,000       ±0.8%   0.50x     97.3x",
+		"        tcp        25.60  40.00  80.00  28.00   70,000       ±2.3%   1.00x      195x",
 		"        floor      0.132",
-		"  64000 B  smcd       5,000.0  78,125  ±2.0%   2.00x      20.0%",
-		"           copy()    25,000.0  390,625",
+		"  64000 B  smcd        5,000.0   78,125   ±2.0%   2.00x      20.0%",
+		"           copy()     25,000.0  390,625",
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("text lacks line %q:\n%s", want, out)

@@ -1,0 +1,234 @@
+package test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/smcloop/smcloop"
+	"github.com/smcloop/smcloop/shm"
+)
+
+// fdSlack is what the Go runtime may open on its own between two counts.
+const fdSlack = 2
+
+// resources are what one process holds that a connection may leak.
+type resources struct {
+	fds, dmbMaps, dmbFDs int
+}
+
+func measure(t *testing.T, pid int) resources {
+	t.Helper()
+	var r resources
+	var err error
+	if pid == 0 {
+		r.fds, err = shm.OpenFDs()
+		if err == nil {
+			r.dmbMaps, err = shm.CountMappings(dmbName)
+		}
+	} else {
+		r.fds, err = countFDs(pid)
+		if err == nil {
+			r.dmbMaps, err = countDMBMappings(pid)
+		}
+	}
+	if err == nil {
+		var s inodeSet
+		s, err = dmbFDInodes(pid)
+		r.dmbFDs = len(s)
+	}
+	if err != nil {
+		t.Fatalf("measuring process %d: %v", pid, err)
+	}
+	return r
+}
+
+// checkFlat compares a process's resources with its baseline: DMB mappings and memfds
+// exactly, descriptors up to fdSlack.
+func checkFlat(t *testing.T, who string, base, now resources, after string) {
+	t.Helper()
+	if now.dmbMaps != base.dmbMaps || now.dmbFDs != base.dmbFDs || now.fds > base.fds+fdSlack {
+		t.Errorf("%s after %s: %d fds (%d DMB memfds), %d DMB mappings; baseline %d fds (%d DMB memfds), %d DMB mappings (fd slack %d)",
+			who, after, now.fds, now.dmbFDs, now.dmbMaps, base.fds, base.dmbFDs, base.dmbMaps, fdSlack)
+	}
+}
+
+// echoOnce runs one short connection to the echo peer and waits for the peer to report
+// it closed, so that both processes are done with it when it returns.
+func echoOnce(t *testing.T, p *peer, addr string, data []byte) {
+	t.Helper()
+	c, err := smcloop.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer c.Close()
+	if !c.UsingSMC() {
+		t.Fatalf("not on SMC: %s", c.Mode())
+	}
+	c.SetDeadline(time.Now().Add(watchdog))
+	got, err := echoRoundTrip(c, data, rand.New(rand.NewPCG(uint64(len(data)), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := firstDiff(got, data); d >= 0 {
+		t.Fatalf("echo differs from byte %d on (got %d bytes, want %d)", d, len(got), len(data))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	var r echoReport
+	p.expectJSON("ECHO", &r)
+	if err := checkEcho(r, len(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNoLeaks(t *testing.T) {
+	seed := testSeed(t)
+
+	// 200 connections one after the other between the same two processes: after each
+	// has closed on both sides, neither process holds more than after the first.
+	t.Run("a_200_sequential_conns", func(t *testing.T) {
+		const conns = 200
+		p := startPeer(t, "echo")
+		addr := p.addr()
+		var ourBase, peerBase resources
+		for i := range conns {
+			echoOnce(t, p, addr, payload(seed+uint64(i), 1+i*97))
+			switch {
+			case i == 0:
+				// The first connection opened what lives as long as the processes (the
+				// ISM device sockets between them); from here on nothing may grow.
+				ourBase, peerBase = measure(t, 0), measure(t, p.pid())
+				t.Logf("baseline after one connection: parent %+v, peer %+v", ourBase, peerBase)
+				if ourBase.dmbFDs != 0 || peerBase.dmbFDs != 0 || peerBase.dmbMaps != 0 {
+					t.Errorf("DMBs left after the first connection closed: parent %+v, peer %+v", ourBase, peerBase)
+				}
+			case (i+1)%50 == 0:
+				after := fmt.Sprintf("%d connections", i+1)
+				checkFlat(t, "parent", ourBase, measure(t, 0), after)
+				checkFlat(t, "peer", peerBase, measure(t, p.pid()), after)
+				if t.Failed() {
+					t.FailNow()
+				}
+			}
+		}
+		p.exit()
+	})
+
+	// While the connection is up, record the inodes of both DMB memfds as each process
+	// sees them, and check that a scan of /proc finds them in both. After the peer is
+	// gone and our side is closed, the scan must find them nowhere: no DMB memory
+	// survives its connection.
+	memoryGone := func(t *testing.T, kill bool) {
+		p, c, _ := scriptConn(t)
+		pid := p.pid()
+		data := payload(seed, 5000)
+		p.send("read %d", len(data))
+		if _, err := c.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		p.reply("read")
+		p.send("write %d %d", len(data), seed+1)
+		wantBytes(t, "child→parent", readFull(t, c, len(data)), payload(seed+1, len(data)))
+		p.reply("write")
+
+		peerFDs, err := dmbFDInodes(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peerMaps, err := dmbMapInodes(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ourFDs, err := dmbFDInodes(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ourMaps, err := dmbMapInodes(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The peer owns one DMB (a memfd it holds open) and maps it and ours.
+		if len(peerFDs) != 1 || len(peerMaps) != 2 {
+			t.Fatalf("peer holds DMB memfds %v and maps %v; want 1 and 2", peerFDs, peerMaps)
+		}
+		dmbs := inodeSet{}
+		var peerDMB, ourDMB uint64
+		for ino := range peerMaps {
+			dmbs[ino] = true
+			if peerFDs[ino] {
+				peerDMB = ino
+			} else {
+				ourDMB = ino
+			}
+		}
+		if peerDMB == 0 || ourDMB == 0 || !ourFDs[ourDMB] || !ourMaps[ourDMB] || !ourMaps[peerDMB] || ourFDs[peerDMB] {
+			t.Fatalf("DMB inodes: peer's %d, ours %d; we hold memfds %v and map %v", peerDMB, ourDMB, ourFDs, ourMaps)
+		}
+		t.Logf("peer's DMB is inode %d, ours %d", peerDMB, ourDMB)
+
+		// The scan must see what is there, or its silence later proves nothing.
+		refs := memfdRefs(dmbs)
+		for _, want := range []struct {
+			pid  int
+			kind string
+			ino  uint64
+		}{
+			{pid, "fd/", peerDMB}, {pid, "maps", peerDMB}, {pid, "maps", ourDMB},
+			{os.Getpid(), "fd/", ourDMB}, {os.Getpid(), "maps", ourDMB}, {os.Getpid(), "maps", peerDMB},
+		} {
+			found := false
+			for _, r := range refs {
+				found = found || r.pid == want.pid && r.ino == want.ino && strings.HasPrefix(r.what, want.kind)
+			}
+			if !found {
+				t.Fatalf("scan of /proc missed %s of inode %d in pid %d; found %v", want.kind, want.ino, want.pid, refs)
+			}
+		}
+
+		if kill {
+			p.kill()
+			if err := p.wait(); err == nil {
+				t.Fatal("killed peer exited cleanly")
+			}
+		} else {
+			p.do("close")
+			wantEOF(t, c)
+			p.exit()
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if refs := memfdRefs(dmbs); len(refs) != 0 {
+			t.Fatalf("DMB memory survives its connection: %v", refs)
+		}
+	}
+	t.Run("b_peer_exits_cleanly", func(t *testing.T) { memoryGone(t, false) })
+	t.Run("c_peer_sigkilled", func(t *testing.T) { memoryGone(t, true) })
+
+	// Peer processes come and go: once a peer has exited and its connections are
+	// closed, this process holds nothing for it.
+	t.Run("d_peer_processes_come_and_go", func(t *testing.T) {
+		const peers = 5
+		var base resources
+		for i := range peers {
+			p := startPeer(t, "echo")
+			echoOnce(t, p, p.addr(), payload(seed+uint64(i), 1000))
+			p.exit()
+			now := measure(t, 0)
+			if i == 0 {
+				base = now
+				t.Logf("baseline after one peer process: %+v", base)
+				continue
+			}
+			t.Logf("after %d peer processes: %+v", i+1, now)
+			if i == peers-1 {
+				checkFlat(t, "parent", base, now, fmt.Sprintf("%d peer processes exited", peers))
+			}
+		}
+	})
+}
