@@ -8,7 +8,6 @@ import (
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/clc"
-	"github.com/smcloop/smcloop/ism"
 	"github.com/smcloop/smcloop/smcd"
 )
 
@@ -30,7 +29,9 @@ type link interface {
 	SetDeadline(bit uint64, t time.Time) error
 	WakeLocal()
 	Counters() smcd.Counters
-	Close(dev *ism.Device)
+	PeerLost()
+	Violation()
+	Close(peerDone bool)
 }
 
 // Conn is an SMC connection: after the CLC handshake its bytes flow through shared memory
@@ -41,9 +42,8 @@ type Conn struct {
 	tcp  *countingConn // the CLC socket
 	cfg  *settings
 	smc  bool
-	link link        // nil after a fallback
-	dev  *ism.Device // owner of the local DMB
-	net  string      // "smcd" or "tcp", for errors
+	link link   // nil after a fallback
+	net  string // "smcd" or "tcp", for errors
 
 	localReason, peerReason    uint32 // fallback reasons (0 when SMC is in use)
 	clcBytesSent, clcBytesRecv uint64
@@ -205,6 +205,7 @@ func (c *Conn) abort(err error) {
 	}
 	c.ctlMu.Unlock()
 	c.link.WakeLocal()
+	c.link.Violation() // keep no buffers shared with a peer that broke the protocol
 	if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {
 		tc.SetLinger(0) // RST, like tcp_abort
 	}

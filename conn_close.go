@@ -228,7 +228,10 @@ func (c *Conn) Close() error {
 
 	c.tcp.Close() // after the close flags: the peer learns of the close before the EOF
 	<-c.monitorDone
-	c.link.Close(c.dev)
+	c.ctlMu.Lock()
+	peerDone := c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
+	c.ctlMu.Unlock()
+	c.link.Close(peerDone)
 	return nil
 }
 
@@ -286,5 +289,12 @@ func (c *Conn) monitor() {
 		c.abort(fmt.Errorf("%d unexpected bytes on the CLC socket of an established SMC connection", n))
 	}
 	c.peerGone.Store(true)
+	if !c.closed.Load() {
+		// The peer closes its TCP connection only after publishing its close or abort
+		// flag; without one, its process is gone, and so is the link group.
+		if _, _, cf := cdc.UnpackWord(c.link.LoadPeerCons()); cf&(cdc.PeerConnClosed|cdc.PeerConnAbort) == 0 {
+			c.link.PeerLost()
+		}
+	}
 	c.link.WakeLocal()
 }

@@ -2,11 +2,11 @@ package smcloop
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +57,7 @@ type handshake struct {
 	ctx      context.Context
 	buf      [clc.MaxProposalLen]byte
 	version  uint8
+	group    *smcd.LinkGroup
 	dmb      *ism.DMB
 	remote   *ism.RemoteDMB
 	peerSize int
@@ -67,13 +68,15 @@ func (h *handshake) fail(step string, err error) error {
 	return &HandshakeError{Side: h.side, Step: step, Err: err}
 }
 
+// release gives the buffers of a handshake that did not end in SMC back to the link
+// group: the peer never started writing into our DMB.
 func (h *handshake) release() {
 	if h.remote != nil {
-		h.remote.Detach()
+		h.group.Release(h.remote)
 		h.remote = nil
 	}
 	if h.dmb != nil {
-		h.cfg.device.UnregisterDMB(h.dmb)
+		h.group.PutDMB(h.dmb, true)
 		h.dmb = nil
 	}
 }
@@ -130,14 +133,14 @@ func plainConn(tcp net.Conn, cfg *settings, reason uint32) *Conn {
 
 // established builds the SMC-D connection over the registered and attached DMBs.
 func (h *handshake) established() (*Conn, error) {
-	l, err := smcd.New(h.dmb, h.remote, h.cfg.sendMode == SendCopy)
+	l, err := smcd.New(h.group, h.dmb, h.remote, h.cfg.sendMode == SendCopy)
 	if err != nil {
 		return nil, h.fail("building the SMC-D link", err)
 	}
 	l.Init()
 	h.tcp.SetDeadline(time.Time{})
 	c := &Conn{
-		tcp: h.tcp, cfg: h.cfg, net: "smcd", smc: true, link: l, dev: h.cfg.device,
+		tcp: h.tcp, cfg: h.cfg, net: "smcd", smc: true, link: l,
 		state:  StateActive,
 		rxSize: h.dmb.Size() - cdc.AreaSize, txSize: h.peerSize - cdc.AreaSize,
 		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load(),
@@ -147,10 +150,10 @@ func (h *handshake) established() (*Conn, error) {
 	return c, nil
 }
 
-// registerDMB registers the local receive buffer, mapping the device's refusal to the
-// kernel's decline code.
+// registerDMB gets the local receive buffer from the link group (reused or newly
+// registered), mapping a refusal to the kernel's decline code.
 func (h *handshake) registerDMB() (code uint32) {
-	dmb, err := h.cfg.device.RegisterDMB(h.cfg.rmem)
+	dmb, _, err := h.group.GetDMB(h.cfg.rmem)
 	switch {
 	case errors.Is(err, ism.ErrNoSpace):
 		return clc.DeclMaxDMB
@@ -169,6 +172,17 @@ func (h *handshake) hostnameFCE() *clc.FirstContactExt {
 		fce.Hostname[i] = ' '
 	}
 	return fce
+}
+
+var groupTables sync.Map // *ism.Device → *smcd.Groups
+
+// linkGroups returns the link group table of dev.
+func linkGroups(dev *ism.Device) *smcd.Groups {
+	if t, ok := groupTables.Load(dev); ok {
+		return t.(*smcd.Groups)
+	}
+	t, _ := groupTables.LoadOrStore(dev, smcd.NewGroups(dev))
+	return t.(*smcd.Groups)
 }
 
 // dmbeCode compresses a DMB size for the CLC DMBE size nibble.
@@ -207,14 +221,25 @@ func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 		return h.decline(code)
 	}
 	peer := ism.GID{Hi: acc.GID, Ext: acc.GIDExt}
-	if err := dev.QueryRemoteGID(peer); err != nil {
-		return h.decline(clc.DeclNoSMCD2Dev)
+	groups := linkGroups(dev)
+	if acc.FirstContact {
+		if err := dev.QueryRemoteGID(peer); err != nil {
+			return h.decline(clc.DeclNoSMCD2Dev)
+		}
+		if h.group, err = groups.Create(peer, smcd.RoleClient, acc.LinkID); err != nil {
+			return h.decline(clc.DeclIntErr)
+		}
+	} else if h.group = groups.Find(peer, smcd.RoleClient); h.group == nil || h.group.ID() != acc.LinkID {
+		// The server reuses a link group we do not have: out of sync (SYNCERR makes the
+		// server terminate it).
+		h.group = nil
+		return h.decline(clc.DeclSyncErr)
 	}
 	if code := h.registerDMB(); code != 0 {
 		return h.decline(code)
 	}
 	h.peerSize = cdc.UncompressSize(acc.DMBESize)
-	if h.remote, err = dev.AttachDMB(peer, acc.Token, h.peerSize); err != nil {
+	if h.remote, err = h.group.Attach(acc.Token, h.peerSize); err != nil {
 		return h.decline(clc.DeclMem)
 	}
 	conf := &clc.AcceptConfirm{
@@ -266,17 +291,25 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	if code != 0 {
 		return h.decline(code)
 	}
+	dev := cfg.device
+	groups := linkGroups(dev)
+	first := false
+	if h.group = groups.Find(peer, smcd.RoleServer); h.group == nil {
+		first = true
+		if h.group, err = groups.Create(peer, smcd.RoleServer, [4]byte{}); err != nil {
+			return h.decline(clc.DeclIntErr)
+		}
+	}
 	if code := h.registerDMB(); code != 0 {
 		return h.decline(code)
 	}
-	dev := cfg.device
 	acc := &clc.AcceptConfirm{
-		Type: clc.TypeAccept, Version: clc.V2, FirstContact: true,
+		Type: clc.TypeAccept, Version: clc.V2, FirstContact: first, LinkID: h.group.ID(),
 		GID: dev.GID().Hi, GIDExt: dev.GID().Ext, Token: h.dmb.Token(), DMBESize: dmbeCode(h.dmb.Size()),
-		CHID: dev.CHID(), EID: cfg.ueid, FCE: h.hostnameFCE(),
+		CHID: dev.CHID(), EID: cfg.ueid,
 	}
-	if _, err := rand.Read(acc.LinkID[:]); err != nil {
-		return nil, h.fail("choosing a link group id", err)
+	if first {
+		acc.FCE = h.hostnameFCE()
 	}
 	msg, err := acc.Append(nil)
 	if err != nil {
@@ -291,6 +324,9 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	}
 	if d, ok := m.(*clc.Decline); ok {
 		h.release()
+		if d.OutOfSync {
+			h.group.Terminate(false) // the client does not know this link group
+		}
 		return h.fallback(clc.DeclPeerDecl, d.Code), nil
 	}
 	conf := m.(*clc.AcceptConfirm)
@@ -304,7 +340,7 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 		return nil, h.fail("checking the confirm", fmt.Errorf("%w: confirm DMBE size code %d > %d", ErrProtocol, conf.DMBESize, ism.MaxSizeCode))
 	}
 	h.peerSize = cdc.UncompressSize(conf.DMBESize)
-	if h.remote, err = dev.AttachDMB(peer, conf.Token, h.peerSize); err != nil {
+	if h.remote, err = h.group.Attach(conf.Token, h.peerSize); err != nil {
 		// After the confirm there is no decline: the connection fails (no fallback).
 		return nil, h.fail("attaching the client's DMB", err)
 	}
@@ -342,7 +378,8 @@ func (h *handshake) chooseDevice(p *clc.Proposal) (ism.GID, uint32) {
 			continue
 		}
 		g := ism.GID{Hi: d.GID, Ext: d.GIDExt}
-		if dev.QueryRemoteGID(g) == nil {
+		// A live link group with the device proves reachability; otherwise ask.
+		if linkGroups(dev).Find(g, smcd.RoleServer) != nil || dev.QueryRemoteGID(g) == nil {
 			return g, 0
 		}
 	}

@@ -7,26 +7,32 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/smcloop/smcloop/shm"
 )
 
-// The device socket carries fixed 24-byte little-endian messages on a SOCK_SEQPACKET
+// The device socket carries fixed 40-byte little-endian messages on a SOCK_SEQPACKET
 // unix socket (host-local, so one byte order is enough):
 //
-//	request: magic u32 | version u16 | op u16 | token u64 | size u32 | reserved u32
-//	reply:   magic u32 | version u16 | status u16 | token u64 | size u32 | reserved u32
+//	request: magic u32 | version u16 | op u16 | token u64 | size u32 | reserved u32 | sender GID 2×u64
+//	reply:   magic u32 | version u16 | status u16 | token u64 | size u32 | reserved u32 | zero
 //
 // A successful attach reply carries three fds: the DMB memfd, its data doorbell and its
-// space doorbell. The magic and version are checked on every message, so devices of an
-// incompatible layout refuse each other instead of misreading shared memory.
+// space doorbell. An event request carries an ISM software event (code in size, info in
+// token) from the sender's device. The magic and version are checked on every message,
+// so devices of an incompatible layout refuse each other instead of misreading shared
+// memory. Every exchange has a deadline: a hung peer device cannot hang us.
 const (
 	wireMagic   = 0x534d4344 // "SMCD"
 	wireVersion = 1
-	wireLen     = 24
+	wireLen     = 40
 
 	opQuery  = 1
 	opAttach = 2
+	opEvent  = 3
+
+	exchangeTimeout = 5 * time.Second
 
 	statusOK      = 0
 	statusNoDMB   = 1
@@ -38,6 +44,7 @@ type wireMsg struct {
 	op    uint16 // request op or reply status
 	token uint64
 	size  uint32
+	from  GID // sender of a request
 }
 
 func (m wireMsg) marshal() []byte {
@@ -47,6 +54,8 @@ func (m wireMsg) marshal() []byte {
 	binary.LittleEndian.PutUint16(b[6:], m.op)
 	binary.LittleEndian.PutUint64(b[8:], m.token)
 	binary.LittleEndian.PutUint32(b[16:], m.size)
+	binary.LittleEndian.PutUint64(b[24:], m.from.Hi)
+	binary.LittleEndian.PutUint64(b[32:], m.from.Ext)
 	return b
 }
 
@@ -61,6 +70,7 @@ func parseWire(b []byte) (wireMsg, error) {
 		op:    binary.LittleEndian.Uint16(b[6:]),
 		token: binary.LittleEndian.Uint64(b[8:]),
 		size:  binary.LittleEndian.Uint32(b[16:]),
+		from:  GID{binary.LittleEndian.Uint64(b[24:]), binary.LittleEndian.Uint64(b[32:])},
 	}, nil
 }
 
@@ -117,6 +127,15 @@ func (d *Device) serve(c *net.UnixConn) {
 func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
 	switch req.op {
 	case opQuery:
+		_, err := c.Write(wireMsg{op: statusOK}.marshal())
+		return err
+	case opEvent:
+		d.mu.Lock()
+		h := d.onEvent
+		d.mu.Unlock()
+		if h != nil && !req.from.IsZero() {
+			h(req.from, req.size, req.token)
+		}
 		_, err := c.Write(wireMsg{op: statusOK}.marshal())
 		return err
 	case opAttach:
@@ -199,6 +218,7 @@ func (p *peerConn) dialLocked(g GID) error {
 // roundTrip sends req and reads the reply with up to maxFds fds. On an I/O error the
 // connection is dropped and, once, redialled: the remote device may have restarted.
 func (d *Device) roundTrip(g GID, req wireMsg, maxFds int) (wireMsg, []int, error) {
+	req.from = d.gid
 	p, err := d.peer(g)
 	if err != nil {
 		return wireMsg{}, nil, err
@@ -222,6 +242,8 @@ func (d *Device) roundTrip(g GID, req wireMsg, maxFds int) (wireMsg, []int, erro
 }
 
 func exchange(c *net.UnixConn, req wireMsg, maxFds int) (wireMsg, []int, error) {
+	c.SetDeadline(time.Now().Add(exchangeTimeout))
+	defer c.SetDeadline(time.Time{})
 	if _, err := c.Write(req.marshal()); err != nil {
 		return wireMsg{}, nil, err
 	}
@@ -260,6 +282,34 @@ func (d *Device) QueryRemoteGID(g GID) error {
 	}
 	if rep.op != statusOK {
 		return fmt.Errorf("%w: %s answered status %d", ErrUnreachable, g, rep.op)
+	}
+	return nil
+}
+
+// Software event codes (ISM SWR events used by SMC-D).
+const (
+	// EventShutdown: the sender terminated a link group with us (info = link group id
+	// and the sender's role), so we terminate ours too.
+	EventShutdown = 0x80
+)
+
+// SetEventHandler installs the function called (on the device's serving goroutine) for
+// each software event a peer device signals. It must not block.
+func (d *Device) SetEventHandler(h func(from GID, code uint32, info uint64)) {
+	d.mu.Lock()
+	d.onEvent = h
+	d.mu.Unlock()
+}
+
+// SignalEvent sends a software event to the device g (signal_event).
+func (d *Device) SignalEvent(g GID, code uint32, info uint64) error {
+	rep, fds, err := d.roundTrip(g, wireMsg{op: opEvent, size: code, token: info}, 0)
+	closeFds(fds)
+	if err != nil {
+		return err
+	}
+	if rep.op != statusOK {
+		return fmt.Errorf("ism: event %#x refused by %s with status %d", code, g, rep.op)
 	}
 	return nil
 }

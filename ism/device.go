@@ -75,6 +75,7 @@ type Device struct {
 	used    []bool          // DMB index bitmap (sba_idx)
 	serving map[*net.UnixConn]struct{}
 	peers   map[GID]*peerConn
+	onEvent func(from GID, code uint32, info uint64)
 
 	wg sync.WaitGroup // accept loop and serving goroutines
 

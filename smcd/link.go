@@ -44,6 +44,7 @@ type Counters struct {
 
 // Link is the SMC-D data path of one connection.
 type Link struct {
+	group  *LinkGroup
 	rx     *ism.DMB
 	rxA    cdc.Area
 	rxRing []byte
@@ -56,9 +57,10 @@ type Link struct {
 	ringsSent, ringsSuppressed, sleeps, moves atomic.Uint64
 }
 
-// New builds the link over the local DMB rx and the attached peer DMB tx. In copy mode the
-// writer fills a private send buffer that PushProd moves into the peer's DMB.
-func New(rx *ism.DMB, tx *ism.RemoteDMB, copyMode bool) (*Link, error) {
+// New builds the link over the local DMB rx and the attached peer DMB tx, both obtained
+// from the link group g. In copy mode the writer fills a private send buffer that
+// PushProd moves into the peer's DMB.
+func New(g *LinkGroup, rx *ism.DMB, tx *ism.RemoteDMB, copyMode bool) (*Link, error) {
 	rxA, err := cdc.NewArea(rx.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("smcd: local DMB: %w", err)
@@ -68,7 +70,8 @@ func New(rx *ism.DMB, tx *ism.RemoteDMB, copyMode bool) (*Link, error) {
 		return nil, fmt.Errorf("smcd: peer DMB: %w", err)
 	}
 	l := &Link{
-		rx: rx, rxA: rxA, rxRing: rx.Bytes()[cdc.AreaSize:],
+		group: g,
+		rx:    rx, rxA: rxA, rxRing: rx.Bytes()[cdc.AreaSize:],
 		tx: tx, txA: txA, txRing: tx.Bytes()[cdc.AreaSize:],
 	}
 	if copyMode {
@@ -194,9 +197,18 @@ func (l *Link) Counters() Counters {
 	}
 }
 
-// Close detaches the peer's DMB and unregisters the local one. The caller guarantees that
-// no Read or Write is running on the link.
-func (l *Link) Close(dev *ism.Device) {
-	l.tx.Detach()
-	dev.UnregisterDMB(l.rx)
+// PeerLost terminates the link group because the peer vanished without closing (its
+// process died): every device-level resource shared with it is released.
+func (l *Link) PeerLost() { l.group.TerminatePeerGone() }
+
+// Violation terminates the link group because the peer broke the protocol: no buffer
+// shared with it is kept for reuse, and its device is told to drop its side.
+func (l *Link) Violation() { l.group.Terminate(true) }
+
+// Close returns both DMBs to the link group (released at once if the group was
+// terminated). peerDone says the peer no longer writes into our DMB. The caller
+// guarantees that no Read or Write is running on the link.
+func (l *Link) Close(peerDone bool) {
+	l.group.Release(l.tx)
+	l.group.PutDMB(l.rx, peerDone)
 }

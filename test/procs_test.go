@@ -61,6 +61,10 @@ func startPeer(t *testing.T, role string, args ...string) *peer {
 	}
 	p.cmd = exec.Command(os.Args[0], args...)
 	p.cmd.Env = append(os.Environ(), roleEnv+"="+role)
+	if race := os.Getenv("GORACE"); !strings.Contains(race, "atexit_sleep_ms") {
+		// A race-enabled peer would otherwise linger a second in exit.
+		p.cmd.Env = append(p.cmd.Env, strings.TrimSpace("GORACE="+race+" atexit_sleep_ms=0"))
+	}
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = inR, outW, &p.stderr
 	err = p.cmd.Start()
 	inR.Close()
@@ -427,6 +431,17 @@ func memfdRefs(inodes inodeSet) []memfdRef {
 		}
 	}
 	return refs
+}
+
+// mapFilesReadable reports whether /proc/<pid>/map_files links can be followed here
+// (it takes CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE).
+func mapFilesReadable() bool {
+	ents, err := os.ReadDir("/proc/self/map_files")
+	if err != nil || len(ents) == 0 {
+		return false
+	}
+	_, err = os.Stat("/proc/self/map_files/" + ents[0].Name())
+	return err == nil
 }
 
 // isTimeout reports whether err is a deadline error by both tests a caller may use:

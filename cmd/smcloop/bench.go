@@ -22,7 +22,7 @@ func benchCommand() *cli.Command {
 (this binary, re-executed), warms up, then measures for a fixed duration. Transports
 take turns within every point, and ratio columns compare each with the baseline (tcp).
 Every payload byte is verified by its receiver. Without options the run takes about a
-minute per four transports.
+minute.
 
 Sizes are comma-separated: 14,1K,64000,1M, or ranges start:end:*N or start:end:+N
 (1:64K:*2 is 1, 2, 4, ... 64K).`,

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,6 +19,9 @@ func main() {
 	err := newApp().RunContext(ctx, os.Args)
 	stop()
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = errors.New("interrupted")
+		}
 		fmt.Fprintln(os.Stderr, "smcloop:", err)
 		os.Exit(1)
 	}

@@ -9,15 +9,13 @@ import (
 )
 
 // pinProcess restricts every thread of this process to cpu and returns a function that
-// puts back the previous mask. Threads created later inherit the mask from the thread that
+// puts back the previous mask. The CPU need not be in the current mask (a child inherits
+// its parent's), only allowed by the cpuset. Threads created later inherit the mask from the thread that
 // creates them, so the walk over /proc/self/task repeats until it finds no new thread.
 func pinProcess(cpu int) (restore func() error, err error) {
 	var old unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &old); err != nil {
 		return nil, fmt.Errorf("sched_getaffinity: %w", err)
-	}
-	if !old.IsSet(cpu) {
-		return nil, fmt.Errorf("cannot pin to CPU %d: not in this process's CPU set", cpu)
 	}
 	var set unix.CPUSet
 	set.Set(cpu)
@@ -43,7 +41,7 @@ func setAllThreads(set *unix.CPUSet) error {
 			fresh = true
 			done[tid] = true
 			if err := unix.SchedSetaffinity(tid, set); err != nil && err != unix.ESRCH {
-				return fmt.Errorf("sched_setaffinity(thread %d): %w", tid, err)
+				return fmt.Errorf("pinning thread %d to CPU %d: sched_setaffinity: %w", tid, cpuOf(set), err)
 			}
 		}
 		if !fresh {
@@ -76,4 +74,14 @@ func cpusAvailable(cpus ...int) bool {
 		}
 	}
 	return true
+}
+
+// cpuOf returns the lowest CPU in set, for messages.
+func cpuOf(set *unix.CPUSet) int {
+	for c := range 1024 {
+		if set.IsSet(c) {
+			return c
+		}
+	}
+	return -1
 }

@@ -42,14 +42,15 @@ func (r *Results) writeHeader(w io.Writer) {
 		machine += ", kernel " + m.Kernel
 	}
 	field("machine", "%s, %s, GOMAXPROCS %d", machine, m.GoVersion, m.GOMAXPROCS)
-	rounds := "1 round"
-	if s.Rounds != 1 {
-		rounds = fmt.Sprintf("%d rounds, each starting with the next transport", s.Rounds)
-	}
-	field("method", "client and server are separate processes (a fresh server per measurement);")
-	field("", "every payload byte is verified by its receiver; per point %v warm-up, then %v measured;",
+	field("method", "client and server are separate processes, a fresh server per measurement;")
+	field("", "every payload byte is verified by its receiver;")
+	field("", "each point: %v warm-up, then %v measured; transports take turns;",
 		time.Duration(s.WarmupNS), time.Duration(s.DurationNS))
-	field("", "transports take turns within each point; %s", rounds)
+	if s.Rounds == 1 {
+		field("", "1 round")
+	} else {
+		field("", "%d rounds, each starting with the next transport", s.Rounds)
+	}
 	if s.Pinned {
 		field("pinning", "client on CPU %d, server on CPU %d (sched_setaffinity)", s.ClientCPU, s.ServerCPU)
 	} else {
@@ -66,7 +67,7 @@ func (r *Results) writeHeader(w io.Writer) {
 func (r *Results) writeLatency(w io.Writer) {
 	base := r.Settings.Baseline
 	multi := r.Settings.Rounds > 1
-	fmt.Fprintf(w, "\nPing-pong latency: round trip of one S-byte message each way, µs (sockperf pp, qperf tcp_lat)\n\n")
+	fmt.Fprintf(w, "\nPING-PONG LATENCY  round trip of S bytes each way, µs  (sockperf pp, qperf tcp_lat)\n\n")
 	t := newTable("size", "-transport", "p50", "p99", "p99.9", "mean", "samples")
 	if multi {
 		t.addColumn("p50 spread")
@@ -115,7 +116,7 @@ func (r *Results) writeLatency(w io.Writer) {
 func (r *Results) writeStream(w io.Writer) {
 	base := r.Settings.Baseline
 	multi := r.Settings.Rounds > 1
-	fmt.Fprintf(w, "\nStream throughput: S-byte messages back to back, measured at the receiver (sockperf tp, qperf tcp_bw)\n\n")
+	fmt.Fprintf(w, "\nSTREAM THROUGHPUT  S-byte writes back to back, at the receiver  (sockperf tp, qperf tcp_bw)\n\n")
 	t := newTable("size", "-transport", "MB/s", "msgs/s")
 	if multi {
 		t.addColumn("spread")

@@ -68,21 +68,17 @@ func TestRunEndToEnd(t *testing.T) {
 		}
 	}
 	for _, p := range res.Stream {
-		for _, r := range append([]StreamStats{}, func() []StreamStats {
-			var all []StreamStats
-			for _, res := range p.Results {
-				all = append(all, res.StreamStats)
-				all = append(all, res.Rounds...)
-			}
-			return all
-		}()...) {
-			if r.MessagesSent == 0 || r.BytesReceived != r.BytesSent || r.MessagesReceived != r.MessagesSent ||
-				r.BytesSent != r.MessagesSent*uint64(p.Size) {
-				t.Errorf("stream %d: sent %d messages (%d bytes), received %d (%d bytes)", p.Size,
-					r.MessagesSent, r.BytesSent, r.MessagesReceived, r.BytesReceived)
-			}
-			if r.WindowBytes == 0 || r.WindowBytes > r.BytesReceived || r.WindowNS <= 0 || r.BytesPerSec <= 0 {
-				t.Errorf("stream %d: window %d bytes in %d ns, %f B/s", p.Size, r.WindowBytes, r.WindowNS, r.BytesPerSec)
+		for _, res := range p.Results {
+			for k, r := range append([]StreamStats{res.StreamStats}, res.Rounds...) {
+				what := fmt.Sprintf("stream %d %s (0: all rounds, else round %d)", p.Size, res.Transport, k)
+				if r.MessagesSent == 0 || r.BytesReceived != r.BytesSent || r.MessagesReceived != r.MessagesSent ||
+					r.BytesSent != r.MessagesSent*uint64(p.Size) {
+					t.Errorf("%s: sent %d messages (%d bytes), received %d (%d bytes)", what,
+						r.MessagesSent, r.BytesSent, r.MessagesReceived, r.BytesReceived)
+				}
+				if r.WindowBytes == 0 || r.WindowBytes > r.BytesReceived || r.WindowNS <= 0 || r.BytesPerSec <= 0 {
+					t.Errorf("%s: window %d bytes in %d ns, %f B/s", what, r.WindowBytes, r.WindowNS, r.BytesPerSec)
+				}
 			}
 		}
 	}
