@@ -8,6 +8,7 @@ import (
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/presence"
 	"github.com/smcloop/smcloop/smcd"
 )
 
@@ -45,7 +46,9 @@ type Conn struct {
 	link link   // nil after a fallback
 	net  string // "smcd" or "tcp", for errors
 
-	localReason, peerReason    uint32 // fallback reasons (0 when SMC is in use)
+	localReason, peerReason    uint32          // fallback reasons (0 when SMC is in use)
+	signal                     *presence.Entry // dialer name kept until the server surely saw it
+	signalOnce                 sync.Once
 	clcBytesSent, clcBytesRecv uint64
 
 	// Reader state, owned by readMu.

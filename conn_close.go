@@ -203,6 +203,7 @@ func (c *Conn) Close() error {
 		return c.opError("close", net.ErrClosed)
 	}
 	if !c.smc {
+		c.dropSignal()
 		return c.tcp.Close()
 	}
 	c.link.WakeLocal()
@@ -233,6 +234,16 @@ func (c *Conn) Close() error {
 	c.ctlMu.Unlock()
 	c.link.Close(peerDone)
 	return nil
+}
+
+// dropSignal releases the dialer name kept by a client that declined before the server
+// spoke. The server has probed the name once it sent anything, or once we close.
+func (c *Conn) dropSignal() {
+	c.signalOnce.Do(func() {
+		if c.signal != nil {
+			c.signal.Close()
+		}
+	})
 }
 
 // CloseWrite shuts down the writing side (shutdown(SHUT_WR)): the peer reads the bytes

@@ -67,10 +67,19 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 		return nil, err
 	}
 	if entry == nil {
-		return plainConn(tcp, cfg, clc.DeclPeerNoSMC), nil
+		c := plainConn(tcp, cfg, clc.DeclPeerNoSMC)
+		countHandshake(sideClient, c, nil)
+		return c, nil
 	}
 	c, err := clientHandshake(ctx, tcp, cfg)
-	entry.Close() // the listener looks the name up before it reads the first CLC byte
+	countHandshake(sideClient, c, err)
+	if err == nil && c.clcBytesRecv == 0 {
+		// We declined without hearing from the server: it may not have looked our name
+		// up yet. Keep it until the server's first bytes arrive or the connection closes.
+		c.signal = entry
+	} else {
+		entry.Close() // the server looked it up before it sent its first CLC byte
+	}
 	if err != nil {
 		tcp.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Source: tcp.LocalAddr(), Addr: tcp.RemoteAddr(), Err: err}

@@ -263,7 +263,7 @@ func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 // and the v2 device choice); it returns a decline code or 0.
 func (h *handshake) checkAccept(acc *clc.AcceptConfirm) uint32 {
 	switch {
-	case acc.Version != clc.V2:
+	case acc.Version != clc.V2, acc.FCE != nil && acc.FCE.Release > clc.Release1:
 		return clc.DeclVersMismatch
 	case acc.CHID != h.cfg.device.CHID():
 		return clc.DeclNoSMCD2Dev // not the device we proposed

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/internal/presence"
@@ -42,6 +43,11 @@ type ListenConfig struct {
 	// Nil means the process default (SMCLOOP_LIMIT_HS, else off, as
 	// net.smc.limit_smc_hs).
 	LimitHandshake *bool
+	// HandshakeDelay is fault injection for testing: each server handshake waits this
+	// long before reading the proposal, as on a loaded host. It lets tests and
+	// `smcloop bench` show what congestion does and what LimitHandshake saves. 0 in
+	// production.
+	HandshakeDelay time.Duration
 	// NetListenConfig creates the TCP listener.
 	NetListenConfig net.ListenConfig
 }
@@ -67,6 +73,7 @@ type Listener struct {
 	cfg     *settings
 	limitHS bool
 	workers int
+	delay   time.Duration
 	name    string // our capability name
 
 	ready chan *Conn    // connections ready for Accept
@@ -113,6 +120,8 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return fail(errors.New("smcloop: ListenConfig.Backlog is negative; use 0 for the default"))
 	case workers < 0:
 		return fail(errors.New("smcloop: ListenConfig.HandshakeWorkers is negative; use 0 for the default"))
+	case lc.HandshakeDelay < 0:
+		return fail(errors.New("smcloop: ListenConfig.HandshakeDelay is negative; use 0 (no delay)"))
 	}
 	if backlog == 0 {
 		backlog = DefaultBacklog
@@ -135,7 +144,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return fail(fmt.Errorf("smcloop: listener address %v is not TCP", tcp.Addr()))
 	}
 	l := &Listener{
-		tcp: tcp, cfg: cfg, limitHS: limit, workers: workers,
+		tcp: tcp, cfg: cfg, limitHS: limit, workers: workers, delay: lc.HandshakeDelay,
 		name:   presence.ListenerName(ta.AddrPort()),
 		ready:  make(chan *Conn, backlog),
 		slots:  make(chan struct{}, backlog),
@@ -186,7 +195,9 @@ func (l *Listener) acceptLoop() {
 		l.accepted.Add(1)
 		if !clientSignalled(tcp) {
 			l.fallback.Add(1)
-			l.deliver(plainConn(tcp, l.cfg, clc.DeclPeerNoSMC))
+			c := plainConn(tcp, l.cfg, clc.DeclPeerNoSMC)
+			countHandshake(sideServer, c, nil)
+			l.deliver(c)
 			continue
 		}
 		l.handshaking.Add(1)
@@ -253,8 +264,15 @@ func (l *Listener) worker() {
 
 func (l *Listener) handshake(tcp net.Conn) {
 	stop := context.AfterFunc(l.ctx, func() { tcp.Close() })
+	if l.delay > 0 {
+		select {
+		case <-time.After(l.delay):
+		case <-l.closed:
+		}
+	}
 	c, err := serverHandshake(l.ctx, tcp, l.cfg)
 	stop()
+	countHandshake(sideServer, c, err)
 	if err != nil {
 		l.hsErrs.Add(1)
 		tcp.Close()

@@ -1,6 +1,12 @@
 package smcloop
 
-import "github.com/smcloop/smcloop/cdc"
+import (
+	"maps"
+	"sync"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/smcd"
+)
 
 // ConnStats are a connection's counters, after the kernel's smc_stats where it has one.
 type ConnStats struct {
@@ -42,6 +48,67 @@ func (c *Conn) Stats() ConnStats {
 		lc := c.link.Counters()
 		s.RingsSent, s.RingsSuppressed, s.Sleeps, s.MoveDataCalls = lc.RingsSent, lc.RingsSuppressed, lc.Sleeps, lc.MoveDataCalls
 		s.RMBSize, s.PeerRMBSize = c.rxSize+cdc.AreaSize, c.txSize+cdc.AreaSize
+	}
+	return s
+}
+
+// Statistics are process-wide counters, after the kernel's per-netns SMC statistics
+// (`smcd stats`): handshake outcomes, fallback reasons and buffer reuse.
+type Statistics struct {
+	ClientSMC, ServerSMC                   uint64 // handshakes that ended in SMC-D (clnt/srv_v2_succ_cnt)
+	ClientFallback, ServerFallback         uint64 // connections that fell back to TCP (clnt/srv_fback_cnt)
+	ClientHandshakeErr, ServerHandshakeErr uint64 // handshakes that failed without fallback
+	// ClientReasons and ServerReasons count fallbacks by local reason code (the kernel
+	// keeps up to 30 distinct codes per side; so do we).
+	ClientReasons, ServerReasons map[uint32]uint64
+	// Buffers counts DMB allocations, reuses and downgrades and peer mappings.
+	Buffers smcd.BufferStats
+}
+
+const maxFallbackReasons = 30 // SMC_MAX_FBACK_RSN_CNT
+
+var procStats struct {
+	mu                   sync.Mutex
+	smc, fallback, hsErr [2]uint64
+	reasons              [2]map[uint32]uint64
+}
+
+const (
+	sideClient = 0
+	sideServer = 1
+)
+
+func countHandshake(side int, c *Conn, err error) {
+	procStats.mu.Lock()
+	defer procStats.mu.Unlock()
+	switch {
+	case err != nil:
+		procStats.hsErr[side]++
+	case c.smc:
+		procStats.smc[side]++
+	default:
+		procStats.fallback[side]++
+		m := procStats.reasons[side]
+		if m == nil {
+			m = map[uint32]uint64{}
+			procStats.reasons[side] = m
+		}
+		if _, ok := m[c.localReason]; ok || len(m) < maxFallbackReasons {
+			m[c.localReason]++
+		}
+	}
+}
+
+// ProcessStatistics returns a snapshot of the process-wide counters.
+func ProcessStatistics() Statistics {
+	procStats.mu.Lock()
+	defer procStats.mu.Unlock()
+	s := Statistics{
+		ClientSMC: procStats.smc[sideClient], ServerSMC: procStats.smc[sideServer],
+		ClientFallback: procStats.fallback[sideClient], ServerFallback: procStats.fallback[sideServer],
+		ClientHandshakeErr: procStats.hsErr[sideClient], ServerHandshakeErr: procStats.hsErr[sideServer],
+		ClientReasons: maps.Clone(procStats.reasons[sideClient]), ServerReasons: maps.Clone(procStats.reasons[sideServer]),
+		Buffers: smcd.Stats(),
 	}
 	return s
 }

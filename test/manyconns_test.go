@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop"
-	"github.com/smcloop/smcloop/shm"
 )
 
 // echoRoundTrip sends data on c in random-sized writes while it reads the echo, shuts
@@ -72,13 +71,13 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 	p := startPeer(t, "echo")
 	addr := p.addr()
 
-	mapsBefore, err := shm.CountMappings(dmbName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Dial all 8 at once. Each sends the first byte of its payload and waits for the
+	// echo: then the peer has accepted it too.
 	cs := make([]*smcloop.Conn, conns)
+	datas := make([][]byte, conns)
 	var wg sync.WaitGroup
 	for i := range cs {
+		datas[i] = payload(seed+uint64(i), size)
 		wg.Go(func() {
 			c, err := smcloop.Dial("tcp", addr)
 			if err != nil {
@@ -86,31 +85,67 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 				return
 			}
 			cs[i] = c
+			if !c.UsingSMC() {
+				t.Errorf("conn %d not on SMC: %s", i, c.Mode())
+				return
+			}
+			c.SetDeadline(time.Now().Add(5 * time.Minute)) // watchdog
+			var b [1]byte
+			if _, err := c.Write(datas[i][:1]); err != nil {
+				t.Errorf("conn %d: Write: %v", i, err)
+			} else if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != datas[i][0] {
+				t.Errorf("conn %d: echo of the first byte: %#x, %v; want %#x", i, b[0], err, datas[i][0])
+			}
 		})
 	}
 	wg.Wait()
-	for i, c := range cs {
-		if c == nil {
-			continue
-		}
-		t.Cleanup(func() { c.Close() })
-		if !c.UsingSMC() {
-			t.Errorf("conn %d not on SMC: %s", i, c.Mode())
+	for _, c := range cs {
+		if c != nil {
+			t.Cleanup(func() { c.Close() })
 		}
 	}
 	if t.Failed() {
 		t.FailNow()
 	}
-	// All 8 are up at once: each holds its own DMB and the peer's, mapped here.
-	if n, err := shm.CountMappings(dmbName); err != nil || n != mapsBefore+2*conns {
-		t.Fatalf("%d DMB mappings with %d connections open (%v), want %d", n, conns, err, mapsBefore+2*conns)
+	// All 8 are up at once, each on a DMB of its own on both sides: the peer (a fresh
+	// process) owns 8 DMBs and this process maps each of them; the peer maps 8 of ours.
+	peerFDs, err := dmbFDInodes(p.pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerMaps, err := dmbMapInodes(p.pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ourFDs, err := dmbFDInodes(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ourMaps, err := dmbMapInodes(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peersMappedHere, oursMappedThere int
+	for ino := range peerFDs {
+		if ourMaps[ino] {
+			peersMappedHere++
+		}
+	}
+	for ino := range peerMaps {
+		if ourFDs[ino] {
+			oursMappedThere++
+		}
+	}
+	if len(peerFDs) != conns || peersMappedHere != conns || oursMappedThere != conns {
+		t.Fatalf("with %d connections open the peer owns %d DMBs, %d of them mapped here, and maps %d of ours; want %d each",
+			conns, len(peerFDs), peersMappedHere, oursMappedThere, conns)
 	}
 
 	for i, c := range cs {
 		wg.Go(func() {
-			c.SetDeadline(time.Now().Add(5 * time.Minute)) // watchdog
-			data := payload(seed+uint64(i), size)
-			got, err := echoRoundTrip(c, data, rand.New(rand.NewPCG(seed, uint64(i))))
+			data := datas[i]
+			rest, err := echoRoundTrip(c, data[1:], rand.New(rand.NewPCG(seed, uint64(i))))
+			got := append(data[:1:1], rest...)
 			if err != nil {
 				t.Errorf("conn %d: %v", i, err)
 			}

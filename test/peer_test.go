@@ -235,11 +235,14 @@ func (s *script) step(f []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		seed, err := num(2)
+		if len(f) < 3 {
+			return "", errors.New("missing seed")
+		}
+		seed, err := strconv.ParseUint(f[2], 10, 64)
 		if err != nil {
 			return "", err
 		}
-		data := payload(uint64(seed), n)
+		data := payload(seed, n)
 		w, err := s.c.Write(data)
 		if err != nil {
 			return "", fmt.Errorf("wrote %d of %d bytes: %w", w, n, err)

@@ -11,7 +11,9 @@
 // Run drives a whole benchmark. For every measurement it starts a fresh server process
 // through a ServerCmd, reads the line "LISTEN <addr>" from the child's stdout, dials that
 // address with the transport under test and sends a 24-byte header (mode, message size,
-// warm-up) followed by the payload. The child serves exactly one connection and exits:
+// warm-up). The child prepares and answers with an 8-byte ready message, and only then
+// does the client start its clock and the payload. The child serves exactly one
+// connection and exits:
 //
 //   - ping-pong: the client writes one S-byte message, the server echoes it, the client
 //     reads S bytes and records the round trip;

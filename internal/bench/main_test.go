@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 }
 
 // Offsets in the client's streams at which the corrupting transports flip a bit. The
-// client writes a header first, so the written stream's payload starts at headerLen.
+// client writes a header first and reads a ready message first, so payload starts at
+// headerLen in the written stream and at readyLen in the read one.
 const (
 	flipMessage = 3
 	flipByte    = 6
@@ -52,7 +53,7 @@ type flip struct {
 
 var (
 	flipWritePP     = flip{"tcp-flip-write-pp", false, headerLen + flipMessage*14}                // byte 0 of a 14-byte message
-	flipReadPP      = flip{"tcp-flip-read-pp", true, flipMessage*14 + flipByte}                   // an echo of 14 bytes
+	flipReadPP      = flip{"tcp-flip-read-pp", true, readyLen + flipMessage*14 + flipByte}        // an echo of 14 bytes
 	flipWriteStream = flip{"tcp-flip-write-stream", false, headerLen + flipMessage*64 + flipByte} // a 64-byte message
 	flips           = []flip{flipWritePP, flipReadPP, flipWriteStream}
 )

@@ -8,7 +8,7 @@ import (
 )
 
 // pingPongClient runs the client half of a ping-pong measurement on conn, which has not
-// carried anything yet: it sends the header, then one size-byte message at a time and
+// carried anything yet: it sends the header, waits for the server to be ready, then sends one size-byte message at a time and
 // reads the echo, for warmup and then duration. Round trips that start after the warm-up
 // are recorded. The echo of every message is verified before the next is sent. It ends
 // the run with the end marker and checks the server's report.
@@ -17,8 +17,8 @@ func pingPongClient(conn net.Conn, size int, warmup, duration time.Duration) (*h
 	rbuf := make([]byte, size)
 	h := newHistogram()
 
-	if _, err := conn.Write(header{mode: modePingPong, size: size}.append(nil)); err != nil {
-		return nil, 0, fmt.Errorf("writing header: %w", err)
+	if err := openSession(conn, header{mode: modePingPong, size: size}); err != nil {
+		return nil, 0, err
 	}
 	start := time.Now()
 	measureFrom := start.Add(warmup)
@@ -68,8 +68,8 @@ func pingPongClient(conn net.Conn, size int, warmup, duration time.Duration) (*h
 // pingPongServer echoes size-byte messages until the end marker. It checks the first byte
 // before echoing (to tell data from the end marker) and the whole message right after
 // echoing, so that verification overlaps with the client reading the echo.
-func pingPongServer(conn net.Conn, size int) (report, error) {
-	pat := newPattern(size)
+func pingPongServer(conn net.Conn, pat *pattern) (report, error) {
+	size := pat.size
 	buf := make([]byte, size)
 	var i uint64
 	for {
@@ -91,6 +91,18 @@ func pingPongServer(conn net.Conn, size int) (report, error) {
 		}
 		i++
 	}
+}
+
+// openSession sends the header and waits for the server's ready message.
+func openSession(conn net.Conn, h header) error {
+	if _, err := conn.Write(h.append(nil)); err != nil {
+		return fmt.Errorf("writing the header: %w", err)
+	}
+	var b [readyLen]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return fmt.Errorf("waiting for the server to be ready: %w", err)
+	}
+	return parseReady(b[:])
 }
 
 // readReport reads and parses the server's report.

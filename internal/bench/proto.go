@@ -38,7 +38,7 @@ func (m mode) String() string {
 //	8  4  message size in bytes, 1..MaxSize
 //	12 4  zero
 //	16 8  warm-up in nanoseconds (stream: the receiver's measurement starts this long
-//	      after the first byte arrives)
+//	      after it sent the ready message)
 const (
 	headerMagic   = 0x534d4c42 // "SMLB"
 	headerVersion = 1
@@ -84,6 +84,38 @@ func parseHeader(b []byte) (header, error) {
 		return header{}, fmt.Errorf("%w: header warm-up %d ns is negative", ErrProtocol, int64(h.warmup))
 	}
 	return h, nil
+}
+
+// The ready message answers the header, server to client, once the server has prepared
+// its pattern (big-endian):
+//
+//	0  4  magic "SMLK"
+//	4  1  version (1)
+//	5  3  zero
+//
+// The client starts its clock and sends the first message only after it, so that the
+// server's set-up does not eat into the warm-up.
+const (
+	readyMagic = 0x534d4c4b // "SMLK"
+	readyLen   = 8
+)
+
+func appendReady(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, readyMagic)
+	return append(b, headerVersion, 0, 0, 0)
+}
+
+func parseReady(b []byte) error {
+	if len(b) != readyLen {
+		return fmt.Errorf("%w: ready message is %d bytes, want %d", ErrProtocol, len(b), readyLen)
+	}
+	if m := binary.BigEndian.Uint32(b); m != readyMagic {
+		return fmt.Errorf("%w: ready magic %#08x, want %#08x", ErrProtocol, m, readyMagic)
+	}
+	if b[4] != headerVersion {
+		return fmt.Errorf("%w: ready version %d, want %d", ErrProtocol, b[4], headerVersion)
+	}
+	return nil
 }
 
 // The report closes every connection, server to client, after the end marker (big-endian):

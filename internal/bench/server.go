@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The server child is started with these arguments (after whatever the ServerCmd puts in
@@ -104,7 +105,8 @@ func serveOne(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// serveConn reads the header, serves the mode it names and sends the report.
+// serveConn reads the header, prepares, sends the ready message, serves the mode the
+// header names and sends the report.
 func serveConn(conn net.Conn) error {
 	var hb [headerLen]byte
 	if _, err := io.ReadFull(conn, hb[:]); err != nil {
@@ -114,12 +116,17 @@ func serveConn(conn net.Conn) error {
 	if err != nil {
 		return err
 	}
+	pat := newPattern(h.size)
+	if _, err := conn.Write(appendReady(nil)); err != nil {
+		return fmt.Errorf("sending the ready message: %w", err)
+	}
+	ready := time.Now()
 	var rep report
 	switch h.mode {
 	case modePingPong:
-		rep, err = pingPongServer(conn, h.size)
+		rep, err = pingPongServer(conn, pat)
 	case modeStream:
-		rep, err = streamServer(conn, h.size, h.warmup)
+		rep, err = streamServer(conn, pat, ready, h.warmup)
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", h.mode, FormatSize(h.size), err)

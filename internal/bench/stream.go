@@ -21,13 +21,13 @@ type streamResult struct {
 }
 
 // streamClient runs the sending half of a stream measurement on conn, which has not
-// carried anything yet: the header, then size-byte messages back to back, one Write each,
+// carried anything yet: the header, the server's ready message, then size-byte messages back to back, one Write each,
 // for warmup+duration, then the end marker. It checks that the receiver's report matches
 // what was sent.
 func streamClient(conn net.Conn, size int, warmup, duration time.Duration) (streamResult, error) {
 	pat := newPattern(size)
-	if _, err := conn.Write(header{mode: modeStream, size: size, warmup: warmup}.append(nil)); err != nil {
-		return streamResult{}, fmt.Errorf("writing header: %w", err)
+	if err := openSession(conn, header{mode: modeStream, size: size, warmup: warmup}); err != nil {
+		return streamResult{}, err
 	}
 
 	// An atomic flag costs the send loop one load per message; reading the clock for
@@ -61,16 +61,17 @@ func streamClient(conn net.Conn, size int, warmup, duration time.Duration) (stre
 	return res, nil
 }
 
-// streamServer receives and verifies size-byte messages until the end marker. Its
-// measurement window opens with the first Read that completes at least warmup after the
-// first byte arrived, and closes with the last Read that brought data; the bytes of the
-// Read that opens the window arrived before it and are not counted.
-func streamServer(conn net.Conn, size int, warmup time.Duration) (report, error) {
-	v := newStreamVerifier(newPattern(size), "server")
+// streamServer receives and verifies messages of pat's size until the end marker. Its
+// measurement window opens with the first Read that completes at least warmup after
+// ready (when the server told the client to start), and closes with the last Read that
+// brought data; the bytes of the Read that opens the window arrived before it and are not
+// counted.
+func streamServer(conn net.Conn, pat *pattern, ready time.Time, warmup time.Duration) (report, error) {
+	v := newStreamVerifier(pat, "server")
 	buf := make([]byte, streamReadSize)
 	var (
-		total, windowBytes     uint64
-		first, winStart, lastT time.Time
+		total, windowBytes uint64
+		winStart, lastT    time.Time
 	)
 	for {
 		n, err := conn.Read(buf)
@@ -82,10 +83,8 @@ func streamServer(conn net.Conn, size int, warmup time.Duration) (report, error)
 			}
 			total += uint64(data)
 			switch {
-			case first.IsZero():
-				first = now
 			case winStart.IsZero():
-				if now.Sub(first) >= warmup {
+				if now.Sub(ready) >= warmup {
 					winStart = now
 				}
 			case data > 0:

@@ -1,0 +1,439 @@
+package smcloop
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/presence"
+	"github.com/smcloop/smcloop/ism"
+)
+
+// exchange checks that a and b carry bytes both ways.
+func exchange(t testing.TB, a, b net.Conn) {
+	t.Helper()
+	for _, p := range [][2]net.Conn{{a, b}, {b, a}} {
+		msg := []byte("smcloop exchange " + p[0].LocalAddr().String())
+		errc := make(chan error, 1)
+		go func() { _, err := p[0].Write(msg); errc <- err }()
+		got := make([]byte, len(msg))
+		p[1].SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(p[1], got); err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("exchange: got %q, %v", got, err)
+		}
+		p[1].SetReadDeadline(time.Time{})
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func wantReasons(t testing.TB, c *Conn, local, peer uint32) {
+	t.Helper()
+	if c.UsingSMC() {
+		t.Fatalf("connection uses SMC, want fallback %#x/%#x", local, peer)
+	}
+	if l, p := c.FallbackReason(); l != local || p != peer {
+		t.Fatalf("fallback reasons %s/%s, want %s/%s", clc.CodeName(l), clc.CodeName(p), clc.CodeName(local), clc.CodeName(peer))
+	}
+}
+
+// registeredClient dials addr with the smcloop capability signal but speaks raw bytes: a
+// scripted CLC peer that the listener treats as an smcloop dialer.
+func registeredClient(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	var sig dialSignal
+	nd := net.Dialer{ControlContext: sig.control(net.Dialer{})}
+	c, err := nd.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := sig.take(c)
+	if e == nil {
+		c.Close()
+		t.Fatalf("no smcloop listener registered at %s", addr)
+	}
+	t.Cleanup(func() { e.Close(); c.Close() })
+	return c
+}
+
+// advertisedServer is a plain TCP listener that advertises SMC capability: a scripted CLC
+// server for smcloop dialers.
+func advertisedServer(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := presence.Register(presence.ListenerName(ln.Addr().(*net.TCPAddr).AddrPort()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(); ln.Close() })
+	return ln
+}
+
+func acceptOne(t testing.TB, ln *Listener) *Conn {
+	t.Helper()
+	c, err := ln.AcceptSMC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestFallbackPeerNoSMC(t *testing.T) {
+	t.Run("smcloop dialer, plain server", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		c, err := Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		wantReasons(t, c, clc.DeclPeerNoSMC, 0)
+		exchange(t, c, s)
+		if st := c.Stats(); st.CLCBytesSent != 0 || st.CLCBytesRecv != 0 {
+			t.Fatalf("CLC bytes on a plain connection: %+v", st)
+		}
+	})
+	t.Run("plain dialer, smcloop listener", func(t *testing.T) {
+		ln, err := Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s := acceptOne(t, ln)
+		wantReasons(t, s, clc.DeclPeerNoSMC, 0)
+		exchange(t, c, s)
+	})
+}
+
+func TestDeclineISMDisabled(t *testing.T) {
+	t.Run("server", func(t *testing.T) {
+		c, s := pipe(t, Config{}, Config{DisableSMC: true})
+		defer c.Close()
+		defer s.Close()
+		wantReasons(t, c, clc.DeclPeerDecl, clc.DeclNoSMCDDev)
+		wantReasons(t, s, clc.DeclNoSMCDDev, 0)
+		exchange(t, c, s)
+	})
+	t.Run("client", func(t *testing.T) {
+		c, s := pipe(t, Config{DisableSMC: true}, Config{})
+		defer c.Close()
+		defer s.Close()
+		wantReasons(t, c, clc.DeclNoSMCDev, 0)
+		wantReasons(t, s, clc.DeclPeerDecl, clc.DeclNoSMCDev)
+		exchange(t, c, s)
+	})
+}
+
+func TestDeclineMaxDMB(t *testing.T) {
+	dev, err := ism.Open(ism.Config{MaxDMBs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	first, firstPeer := pipe(t, Config{}, Config{Device: dev})
+	defer first.Close()
+	defer firstPeer.Close()
+	if !first.UsingSMC() {
+		t.Fatalf("first connection: %s", first.Mode())
+	}
+	c, s := pipe(t, Config{}, Config{Device: dev})
+	defer c.Close()
+	defer s.Close()
+	wantReasons(t, c, clc.DeclPeerDecl, clc.DeclMaxDMB)
+	wantReasons(t, s, clc.DeclMaxDMB, 0)
+	exchange(t, c, s)
+	exchange(t, first, firstPeer)
+}
+
+func TestDeclineVersionMismatch(t *testing.T) {
+	ln := advertisedServer(t)
+	done := make(chan error, 1)
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer s.Close()
+		if _, _, err := clc.ReadMsg(s, clc.TypeProposal, nil); err != nil {
+			done <- err
+			return
+		}
+		// An SMC-D v1 accept to a v2-only proposal.
+		acc := &clc.AcceptConfirm{Type: clc.TypeAccept, Version: clc.V1, FirstContact: true, GID: 1, Token: 2}
+		msg, _ := acc.Append(nil)
+		s.Write(msg)
+		_, raw, err := clc.ReadMsg(s, clc.TypeConfirm, nil)
+		if err != nil {
+			done <- err
+			return
+		}
+		m, err := clc.Parse(raw)
+		if d, ok := m.(*clc.Decline); !ok || d.Code != clc.DeclVersMismatch {
+			done <- errors.Join(err, errors.New("expected a VERSMISMAT decline"))
+			return
+		}
+		_, err = io.Copy(s, s) // then plain TCP: echo
+		done <- err
+	}()
+	c, err := Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantReasons(t, c, clc.DeclVersMismatch, 0)
+	msg := []byte("after the decline")
+	c.Write(msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("echo over the fallback: %q %v", got, err)
+	}
+	c.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLimitHandshakeCongestion(t *testing.T) {
+	limit := true
+	lc := ListenConfig{
+		Config:           Config{HandshakeTimeout: 300 * time.Millisecond},
+		HandshakeWorkers: 1, LimitHandshake: &limit,
+	}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	// Two registered clients that never send a proposal: one occupies the only
+	// worker, the other waits, so handshakes are congested.
+	registeredClient(t, addr)
+	registeredClient(t, addr)
+	waitFor(t, func() bool { return ln.Stats().Withdrawn == 1 })
+
+	c, err := Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	wantReasons(t, c, clc.DeclPeerNoSMC, 0)
+	if st := c.Stats(); st.CLCBytesSent != 0 || st.CLCBytesRecv != 0 {
+		t.Fatalf("CLC bytes while congested: %+v", st)
+	}
+	s := acceptOne(t, ln) // the stalled ones are still in their handshakes
+	wantReasons(t, s, clc.DeclPeerNoSMC, 0)
+	exchange(t, c, s)
+
+	// The stalled handshakes time out (an error, not a fallback); the signal returns.
+	waitFor(t, func() bool { st := ln.Stats(); return st.HandshakeErrs == 2 && st.HandshakingNow == 0 })
+	c2, s2 := dialAccept(t, ln, Config{})
+	if !c2.UsingSMC() || !s2.UsingSMC() {
+		t.Fatalf("after congestion: %s / %s", c2.Mode(), s2.Mode())
+	}
+	exchange(t, c2, s2)
+}
+
+func dialAccept(t testing.TB, ln *Listener, cfg Config) (*Conn, *Conn) {
+	t.Helper()
+	d := Dialer{Config: cfg}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, acceptOne(t, ln)
+}
+
+// waitFor polls cond (state owned by other goroutines) with a generous bound.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 20s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestHostileCLCClients feeds scripted clients to a listener; each gets the kernel's
+// outcome (the connection is dropped: a malformed or missing proposal is an error, not a
+// fallback), no worker stays stuck, and a good client is served meanwhile.
+func TestHostileCLCClients(t *testing.T) {
+	lc := ListenConfig{Config: Config{HandshakeTimeout: 300 * time.Millisecond}, HandshakeWorkers: 4}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	good := &clc.Proposal{Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathD, UEIDs: [][clc.EIDLen]byte{mustEID("SMCLOOP")}}
+	good.AddISMDevice(1, 2, clc.CHIDLoopback)
+	prop, err := good.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badEye := bytes.Clone(prop)
+	badEye[0] = 'X'
+	short := bytes.Clone(prop)
+	short[5], short[6] = 0, 8
+	long := bytes.Clone(prop)
+	long[5], long[6] = 0x07, 0xd0 // 2000 bytes claimed
+	badTrailer := bytes.Clone(prop)
+	badTrailer[len(badTrailer)-1] ^= 0xff
+	conf, _ := (&clc.AcceptConfirm{Type: clc.TypeConfirm, Version: clc.V2, GID: 1, EID: mustEID("SMCLOOP")}).Append(nil)
+	cases := []struct {
+		name string
+		send []byte
+	}{
+		{"wrong eyecatcher", badEye},
+		{"short length", short},
+		{"oversize length", append(long, make([]byte, 2000)...)},
+		{"bad trailer", badTrailer},
+		{"truncated", prop[:20]},
+		{"wrong order", conf},
+		{"garbage", bytes.Repeat([]byte{0xE2}, 64)},
+		{"stall", nil},
+	}
+	before := ln.Stats().HandshakeErrs
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := registeredClient(t, ln.Addr().String())
+			c.Write(tc.send)
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			n, err := io.Copy(io.Discard, c)
+			if err != nil && !errors.Is(err, net.ErrClosed) && !isReset(err) {
+				t.Fatalf("listener did not drop the connection: %v", err)
+			}
+			if n != 0 {
+				t.Fatalf("listener answered %d bytes to a malformed proposal", n)
+			}
+			// The listener keeps serving.
+			a, b := dialAccept(t, ln, Config{})
+			if !a.UsingSMC() {
+				t.Fatalf("good client after %s: %s", tc.name, a.Mode())
+			}
+			exchange(t, a, b)
+		})
+	}
+	waitFor(t, func() bool { return ln.Stats().HandshakeErrs-before == uint64(len(cases)) })
+}
+
+func isReset(err error) bool {
+	var ne *net.OpError
+	return errors.As(err, &ne)
+}
+
+func mustEID(s string) [clc.EIDLen]byte {
+	e, err := clc.MakeEID(s)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
+
+// TestHostileCLCServers: a dialer facing a server that answers garbage, the wrong
+// message or nothing fails with a HandshakeError (no fallback, no hang, no panic).
+func TestHostileCLCServers(t *testing.T) {
+	cases := []struct {
+		name  string
+		reply []byte
+	}{
+		{"garbage", bytes.Repeat([]byte("220 smtp ready\r\n"), 4)},
+		{"proposal instead of accept", func() []byte {
+			p := &clc.Proposal{Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathD, UEIDs: [][clc.EIDLen]byte{mustEID("SMCLOOP")}}
+			p.AddISMDevice(1, 2, clc.CHIDLoopback)
+			b, _ := p.Append(nil)
+			return b
+		}()},
+		{"silence", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ln := advertisedServer(t)
+			go func() {
+				s, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				s.Write(tc.reply)
+				io.Copy(io.Discard, s)
+			}()
+			d := Dialer{Config: Config{HandshakeTimeout: 200 * time.Millisecond}}
+			c, err := d.Dial("tcp", ln.Addr().String())
+			var he *HandshakeError
+			if err == nil || !errors.As(err, &he) {
+				if c != nil {
+					c.Close()
+				}
+				t.Fatalf("Dial: %v, want a HandshakeError", err)
+			}
+		})
+	}
+}
+
+// FuzzServerHandshake sends arbitrary first bytes as a registered smcloop client: the
+// listener never panics or wedges, and keeps serving a good client.
+func FuzzServerHandshake(f *testing.F) {
+	good := &clc.Proposal{Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathD, UEIDs: [][clc.EIDLen]byte{mustEID("SMCLOOP")}}
+	good.AddISMDevice(1, 2, clc.CHIDLoopback)
+	prop, _ := good.Append(nil)
+	f.Add(prop)
+	f.Add(clc.NewDecline(clc.DeclNoSMCDev, clc.V2).Append(nil))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	lc := ListenConfig{Config: Config{HandshakeTimeout: 50 * time.Millisecond}, HandshakeWorkers: 8}
+	ln, err := lc.Listen(f.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { ln.Close() })
+	go func() { // accept whatever survives the handshake (a declined client) and drop it
+		for {
+			c, err := ln.AcceptSMC()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	f.Fuzz(func(t *testing.T, first []byte) {
+		c := registeredClient(t, ln.Addr().String())
+		c.Write(first)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var buf [512]byte
+		for {
+			_, err := c.Read(buf[:])
+			if err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Fatal("listener neither answered nor dropped the connection")
+				}
+				break
+			}
+		}
+		if st := ln.Stats(); st.HandshakingNow > 8 {
+			t.Fatalf("handshakes pile up: %+v", st)
+		}
+	})
+}
