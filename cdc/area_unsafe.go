@@ -59,3 +59,7 @@ func (a Area) OrWake(bits uint64) uint64 { return a.w[OffWake/8].Or(bits) }
 // AndWake atomically ANDs the wake word with mask and returns its old value.
 // To clear bits b, pass ^b, e.g. a.AndWake(^WakeReader).
 func (a Area) AndWake(mask uint64) uint64 { return a.w[OffWake/8].And(mask) }
+
+// AddWake atomically adds delta to the wake word and returns the new value. Announcing a
+// sleep adds the bit (known clear) plus WakeEpoch, in one atomic step.
+func (a Area) AddWake(delta uint64) uint64 { return a.w[OffWake/8].Add(delta) }

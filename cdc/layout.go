@@ -34,6 +34,9 @@ const (
 const (
 	WakeReader uint64 = 1 << 0 // owner's reader waits for the peer's producer cursor
 	WakeWriter uint64 = 1 << 1 // owner's writer waits for the peer's consumer cursor
+	// WakeEpoch is the unit of the sleep counter in bits 32..63: every announced sleep
+	// adds it, so a peer rings at most once per sleep ("don't re-arm until drained").
+	WakeEpoch uint64 = 1 << 32
 )
 
 // ProdFlags is struct smc_cdc_producer_flags (SMC-REFERENCE §3.3), carried in

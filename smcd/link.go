@@ -55,6 +55,7 @@ type Link struct {
 	sndbuf []byte // copy mode only; same size and offsets as txRing
 
 	ringsSent, ringsSuppressed, sleeps, moves atomic.Uint64
+	rungReader, rungWriter                    atomic.Uint64 // last sleep epoch rung, tagged
 }
 
 // New builds the link over the local DMB rx and the attached peer DMB tx, both obtained
@@ -136,25 +137,40 @@ func (l *Link) PublishCons(w uint64, wake uint64) {
 	l.signal(wake)
 }
 
+// signal rings the peer's doorbell for each sleeper in wake that announced sleep and
+// has not been rung for that sleep yet: while a woken peer is still on its way, further
+// publications ride on the same wake-up instead of costing a syscall each.
 func (l *Link) signal(wake uint64) {
-	sleeping := l.txA.LoadWake() & wake
+	w := l.txA.LoadWake()
+	sleeping := w & wake
 	if sleeping == 0 {
 		l.ringsSuppressed.Add(1)
 		return
 	}
-	if sleeping&cdc.WakeReader != 0 {
+	epoch := w >> 32
+	if sleeping&cdc.WakeReader != 0 && l.ringOnce(&l.rungReader, epoch) {
 		l.tx.Data.Ring()
-		l.ringsSent.Add(1)
 	}
-	if sleeping&cdc.WakeWriter != 0 {
+	if sleeping&cdc.WakeWriter != 0 && l.ringOnce(&l.rungWriter, epoch) {
 		l.tx.Space.Ring()
-		l.ringsSent.Add(1)
 	}
 }
 
+// ringOnce records that the sleep numbered epoch was rung; false if it already was.
+func (l *Link) ringOnce(last *atomic.Uint64, epoch uint64) bool {
+	tag := epoch<<1 | 1 // never equal to the zero value
+	if old := last.Load(); old == tag || !last.CompareAndSwap(old, tag) {
+		l.ringsSuppressed.Add(1)
+		return false
+	}
+	l.ringsSent.Add(1)
+	return true
+}
+
 // Announce tells the peer that the local reader (WakeReader) or writer (WakeWriter) is
-// about to sleep. The caller must re-check its condition afterwards, then Wait or Retract.
-func (l *Link) Announce(bit uint64) { l.rxA.OrWake(bit) }
+// about to sleep, opening a new sleep epoch. The caller must re-check its condition
+// afterwards, then Wait, and Retract in any case.
+func (l *Link) Announce(bit uint64) { l.rxA.AddWake(bit | cdc.WakeEpoch) }
 
 // Retract withdraws an announcement.
 func (l *Link) Retract(bit uint64) { l.rxA.AndWake(^bit) }

@@ -138,9 +138,11 @@ func (v *streamVerifier) feed(chunk []byte) (data int, end bool, err error) {
 		case v.ending:
 			for j, b := range got {
 				if b != ^want[j] {
-					// Neither data nor an end marker: report it against the data.
+					// Neither data nor an end marker: report the first byte, which is
+					// what made this message look like an end marker, against the data.
+					first := v.pat.message(v.msg)[0]
 					return data, false, &MismatchError{Where: v.where, Message: v.msg, Offset: 0,
-						Size: v.pat.size, Got: ^v.pat.message(v.msg)[0], Want: v.pat.message(v.msg)[0]}
+						Size: v.pat.size, Got: ^first, Want: first}
 				}
 			}
 		case bytes.Equal(got, want[:n]):

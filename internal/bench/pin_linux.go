@@ -85,3 +85,20 @@ func cpuOf(set *unix.CPUSet) int {
 	}
 	return -1
 }
+
+// twoCPUs returns the first two CPUs this process may run on, or -1s if it has fewer.
+func twoCPUs() [2]int {
+	out := [2]int{-1, -1}
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil || set.Count() < 2 {
+		return out
+	}
+	k := 0
+	for c := 0; k < 2; c++ {
+		if set.IsSet(c) {
+			out[k] = c
+			k++
+		}
+	}
+	return out
+}

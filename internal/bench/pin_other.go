@@ -14,3 +14,5 @@ func pinProcess(cpu int) (restore func() error, err error) { return nil, errNoPi
 func pinThread(cpu int) error { return errNoPinning }
 
 func cpusAvailable(cpus ...int) bool { return false }
+
+func twoCPUs() [2]int { return [2]int{-1, -1} }

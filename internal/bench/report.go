@@ -44,12 +44,12 @@ func (r *Results) writeHeader(w io.Writer) {
 	field("machine", "%s, %s, GOMAXPROCS %d", machine, m.GoVersion, m.GOMAXPROCS)
 	field("method", "client and server are separate processes, a fresh server per measurement;")
 	field("", "every payload byte is verified by its receiver;")
-	field("", "each point: %v warm-up, then %v measured; transports take turns;",
-		time.Duration(s.WarmupNS), time.Duration(s.DurationNS))
+	each := fmt.Sprintf("each point: %v warm-up, then %v measured", time.Duration(s.WarmupNS), time.Duration(s.DurationNS))
 	if s.Rounds == 1 {
-		field("", "1 round")
+		field("", "%s; transports take turns", each)
 	} else {
-		field("", "%d rounds, each starting with the next transport", s.Rounds)
+		field("", "%s, %d rounds; transports take turns,", each, s.Rounds)
+		field("", "each round starting with the next one")
 	}
 	if s.Pinned {
 		field("pinning", "client on CPU %d, server on CPU %d (sched_setaffinity)", s.ClientCPU, s.ServerCPU)
@@ -170,6 +170,30 @@ func (r *Results) writeLegend(w io.Writer) {
 	if r.Settings.Rounds > 1 {
 		fmt.Fprintf(w, "  spread = half the range across rounds, relative to the figure over all rounds.\n")
 	}
+	if r.beatsFloor() {
+		fmt.Fprintf(w, "\n  WARNING: a transport beat a floor, so that floor was measured while the CPUs were\n")
+		fmt.Fprintf(w, "  busy with something else; treat the floors of this run as unreliable.\n")
+	}
+}
+
+// beatsFloor reports whether any figure is better than its floor, which is impossible
+// unless the floor measurement was disturbed.
+func (r *Results) beatsFloor() bool {
+	for _, p := range r.Latency {
+		for _, res := range p.Results {
+			if res.Samples > 0 && p.FloorNS > 0 && float64(res.P50NS) < p.FloorNS {
+				return true
+			}
+		}
+	}
+	for _, p := range r.Stream {
+		for _, res := range p.Results {
+			if p.CopyBytesPerSec > 0 && res.BytesPerSec > p.CopyBytesPerSec {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // table lays out rows of cells in aligned columns. Columns are right-aligned unless

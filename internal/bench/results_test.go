@@ -81,4 +81,18 @@ func TestWriteText(t *testing.T) {
 			t.Errorf("text lacks line %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "WARNING") {
+		t.Errorf("warning without cause:\n%s", out)
+	}
+
+	disturbed := sampleResults()
+	disturbed.Floors.CacheLineRTTNS = 20000
+	disturbed.Latency[0].FloorNS = 20008
+	buf.Reset()
+	if err := disturbed.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "WARNING: a transport beat a floor") {
+		t.Errorf("no warning for a floor above a p50:\n%s", buf.String())
+	}
 }

@@ -139,7 +139,13 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		res.Settings.ClientCPU, res.Settings.ServerCPU = clientCPU, serverCPU
 	}
 
-	res.Floors = measureFloors(slices.Concat(cfg.LatSizes, cfg.BWSizes), floorDuration(cfg.Duration), cpus)
+	// The floor threads are pinned even when the benchmark is not: the floor is what two
+	// CPUs can do at best, not what the scheduler happens to arrange.
+	floorCPUs := cpus
+	if !cfg.Pin {
+		floorCPUs = twoCPUs()
+	}
+	res.Floors = measureFloors(slices.Concat(cfg.LatSizes, cfg.BWSizes), floorDuration(cfg.Duration), floorCPUs)
 	if err := ctx.Err(); err != nil {
 		return nil, context.Cause(ctx)
 	}
