@@ -53,8 +53,9 @@ type Config struct {
 	SendMode SendMode
 	// BusyPoll is how long a blocked Read or Write spins on the shared cursors before it
 	// sleeps on its doorbell. A budget shorter than the round trip only adds spinning; use
-	// a few hundred microseconds or none. Default SMCLOOP_BUSY_POLL, else 0. Negative
-	// disables busy polling even if the environment sets it.
+	// a few hundred microseconds or none, and give each process its own CPU: a spinner
+	// that shares a CPU with its peer only delays it. Default SMCLOOP_BUSY_POLL, else 0.
+	// Negative disables busy polling even if the environment sets it.
 	BusyPoll time.Duration
 	// DisableSMC turns SMC-D off for this side: a dialer still speaks CLC but declines
 	// with NOSMCDDEV, a listener declines every proposal. Also SMCLOOP_SMCD=off.

@@ -281,7 +281,8 @@ func micros(ns float64) string {
 // megabytes writes bytes per second as MB/s (10^6 bytes) with one decimal.
 func megabytes(bps float64) string { return group(fmt.Sprintf("%.1f", bps/1e6)) }
 
-// ratio writes a/b as "0.45x", or "-" when either is unknown.
+// ratio writes a/b with about three significant digits ("0.026x", "0.45x", "19.6x",
+// "5,981x"), or "-" when either is unknown.
 func ratio(a, b float64) string {
 	if a <= 0 || b <= 0 {
 		return "-"
@@ -292,8 +293,10 @@ func ratio(a, b float64) string {
 		return group(fmt.Sprintf("%.0f", x)) + "x"
 	case x >= 10:
 		return fmt.Sprintf("%.1fx", x)
+	case x >= 0.1:
+		return fmt.Sprintf("%.2fx", x)
 	}
-	return fmt.Sprintf("%.2fx", x)
+	return fmt.Sprintf("%.3fx", x)
 }
 
 // percent writes a as a share of b.

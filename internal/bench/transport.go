@@ -27,7 +27,7 @@ type Transport struct {
 
 // DefaultTransports is the order in which the CLI benchmarks transports when none are
 // named; only the registered ones take part (see Defaults).
-var DefaultTransports = []string{"smcd", "smcd-busypoll", "tcp", "unix"}
+var DefaultTransports = []string{"smcd", "smcd-1m", "smcd-busypoll", "tcp", "unix"}
 
 // registry holds the process-wide set of transports known by name. The server child
 // looks transports up here, so the client and the child must register the same set
