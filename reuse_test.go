@@ -1,0 +1,75 @@
+package smcloop
+
+import (
+	"io"
+	"testing"
+
+	"github.com/smcloop/smcloop/shm"
+)
+
+// TestSteadyConnectionsReuseBuffers: a steady stream of connections between the same two
+// devices allocates no DMB and attaches no peer DMB after the first (no memfd_create,
+// mmap or fd passing per connection), and leaks no fd or mapping.
+func TestSteadyConnectionsReuseBuffers(t *testing.T) {
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan struct{})
+	go func() {
+		for {
+			c, err := ln.AcceptSMC()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close(); served <- struct{}{} }()
+		}
+	}()
+	one := func() {
+		c, err := Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.UsingSMC() {
+			t.Fatalf("fell back: %s", c.Mode())
+		}
+		msg := []byte("request")
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		c.CloseWrite()
+		got, err := io.ReadAll(c) // until the server's close
+		if err != nil || string(got) != string(msg) {
+			t.Fatalf("echo %q, %v", got, err)
+		}
+		c.Close()
+		<-served // the server side has returned its buffers too
+	}
+	for range 3 {
+		one()
+	}
+	base := ProcessStatistics().Buffers
+	fds, _ := shm.OpenFDs()
+	maps, _ := shm.CountMappings("smcloop-dmb")
+	const n = 200
+	for range n {
+		one()
+	}
+	got := ProcessStatistics().Buffers
+	if got.RMBAlloc != base.RMBAlloc || got.PeerAttach != base.PeerAttach {
+		t.Fatalf("allocations grew over %d connections: RMB %d -> %d, attaches %d -> %d",
+			n, base.RMBAlloc, got.RMBAlloc, base.PeerAttach, got.PeerAttach)
+	}
+	if reused := got.RMBReuse - base.RMBReuse; reused != 2*n {
+		t.Fatalf("%d DMB reuses over %d connections, want %d (client and server side)", reused, n, 2*n)
+	}
+	if reused := got.PeerReuse - base.PeerReuse; reused != 2*n {
+		t.Fatalf("%d peer mapping reuses, want %d", reused, 2*n)
+	}
+	fds2, _ := shm.OpenFDs()
+	maps2, _ := shm.CountMappings("smcloop-dmb")
+	if fds2 > fds+2 || maps2 != maps {
+		t.Fatalf("resources grew: fds %d -> %d, DMB mappings %d -> %d", fds, fds2, maps, maps2)
+	}
+}
