@@ -57,6 +57,17 @@ type Config struct {
 	// that shares a CPU with its peer only delays it. Default SMCLOOP_BUSY_POLL, else 0.
 	// Negative disables busy polling even if the environment sets it.
 	BusyPoll time.Duration
+	// AutocorkSize bounds autocorking: while the peer has not consumed our previous push,
+	// a write that leaves at most min(send space / 2, AutocorkSize) bytes pending is held
+	// back to go out with what follows (published by the next write, or as soon as the
+	// peer catches up). Default SMCLOOP_AUTOCORK_SIZE, else 64 KiB
+	// (net.smc.autocorking_size). Negative disables autocorking.
+	AutocorkSize int
+	// AutosplitSize splits writes of at least 4/3 of it into segments of this size, each
+	// published as soon as it is copied, so the receiver copies out while the sender
+	// still copies in. Default SMCLOOP_AUTOSPLIT_SIZE, else 128 KiB (the autosplit patch's
+	// default); 32 KiB .. 512 MiB. Negative disables autosplit.
+	AutosplitSize int
 	// DisableSMC turns SMC-D off for this side: a dialer still speaks CLC but declines
 	// with NOSMCDDEV, a listener declines every proposal. Also SMCLOOP_SMCD=off.
 	DisableSMC bool
@@ -76,6 +87,8 @@ type settings struct {
 	rmem, wmem       int
 	sendMode         SendMode
 	busyPoll         time.Duration
+	autocork         int // 0: off
+	autosplit        int // 0: off
 	smcd             bool
 	ueid             [clc.EIDLen]byte
 	handshakeTimeout time.Duration
@@ -90,6 +103,8 @@ type envSetting struct {
 
 type envDefaults struct {
 	rmem, wmem       int
+	autocork         int
+	autosplit        int
 	sendMode         SendMode
 	busyPoll         time.Duration
 	smcd             bool
@@ -106,6 +121,24 @@ var envSettings = map[string]envSetting{
 	}},
 	"SMCLOOP_WMEM": {"send buffer size for copy mode, 16K..1M", func(v string, d *envDefaults) (err error) {
 		d.wmem, err = parseSize(v)
+		return err
+	}},
+	"SMCLOOP_AUTOCORK_SIZE": {"autocorking limit in bytes, e.g. 64K (0 disables)", func(v string, d *envDefaults) (err error) {
+		if v == "0" {
+			d.autocork = 0
+			return nil
+		}
+		d.autocork, err = parseSize(v)
+		return err
+	}},
+	"SMCLOOP_AUTOSPLIT_SIZE": {"autosplit segment size, 32K..512M (0 disables)", func(v string, d *envDefaults) (err error) {
+		if v == "0" {
+			d.autosplit = 0
+			return nil
+		}
+		if d.autosplit, err = parseSize(v); err == nil {
+			err = checkAutosplit(d.autosplit)
+		}
 		return err
 	}},
 	"SMCLOOP_SEND_MODE": {"nocopy or copy", func(v string, d *envDefaults) error {
@@ -174,6 +207,7 @@ func processDefaults() (envDefaults, error) {
 func readEnv(environ []string) (envDefaults, error) {
 	d := envDefaults{
 		rmem: 64 << 10, wmem: 64 << 10, sendMode: SendNoCopy, smcd: true,
+		autocork: 64 << 10, autosplit: 128 << 10,
 		ueid: "SMCLOOP", handshakeTimeout: clc.WaitTime,
 	}
 	for _, kv := range environ {
@@ -232,6 +266,14 @@ func parseSize(s string) (int, error) {
 	return n * mult, nil
 }
 
+// checkAutosplit enforces the autosplit patch's range, 32 KiB .. 512 MiB.
+func checkAutosplit(n int) error {
+	if n < 32<<10 || n > 512<<20 {
+		return fmt.Errorf("want 32K..512M")
+	}
+	return nil
+}
+
 // dmbSize rounds a requested buffer size up to the next DMB size, as the kernel's
 // smc_compress_bufsize does, and refuses sizes SMC-D cannot have.
 func dmbSize(field string, n int) (int, error) {
@@ -254,6 +296,7 @@ func (c *Config) resolve() (*settings, error) {
 	}
 	s := &settings{
 		rmem: env.rmem, wmem: env.wmem, sendMode: env.sendMode, busyPoll: env.busyPoll,
+		autocork: env.autocork, autosplit: env.autosplit,
 		smcd: env.smcd && !c.DisableSMC, handshakeTimeout: env.handshakeTimeout, device: c.Device,
 	}
 	if c.RMem != 0 {
@@ -280,6 +323,21 @@ func (c *Config) resolve() (*settings, error) {
 		s.busyPoll = 0
 	case c.BusyPoll > 0:
 		s.busyPoll = c.BusyPoll
+	}
+	switch {
+	case c.AutocorkSize < 0:
+		s.autocork = 0
+	case c.AutocorkSize > 0:
+		s.autocork = c.AutocorkSize
+	}
+	switch {
+	case c.AutosplitSize < 0:
+		s.autosplit = 0
+	case c.AutosplitSize > 0:
+		if err := checkAutosplit(c.AutosplitSize); err != nil {
+			return nil, fmt.Errorf("smcloop: Config.AutosplitSize %d: %v; or negative to disable", c.AutosplitSize, err)
+		}
+		s.autosplit = c.AutosplitSize
 	}
 	if c.HandshakeTimeout < 0 {
 		return nil, fmt.Errorf("smcloop: Config.HandshakeTimeout %v is negative; use 0 for the default %v", c.HandshakeTimeout, env.handshakeTimeout)

@@ -52,26 +52,38 @@ type Conn struct {
 	clcBytesSent, clcBytesRecv uint64
 
 	// Reader state, owned by readMu.
-	readMu   sync.Mutex
-	rxSize   int
-	rxCons   cdc.Cursor // our consumer cursor in our ring
-	rxProd   cdc.Cursor // peer's producer cursor, last validated
-	rxProdW  uint64     // the raw word rxProd came from
-	rxEOF    bool
-	rxBytes  atomic.Uint64
-	rxCalls  atomic.Uint64
-	rdClosed atomic.Bool // CloseRead
+	readMu      sync.Mutex
+	rxSize      int
+	rxCons      cdc.Cursor  // our consumer cursor in our ring
+	rxConfirmed cdc.Cursor  // the consumer cursor last published to the peer
+	rxProd      cdc.Cursor  // peer's producer cursor, last validated
+	rxProdW     uint64      // the raw word rxProd came from
+	rdClosed    atomic.Bool // CloseRead
 
 	// Writer state, owned by writeMu.
 	writeMu      sync.Mutex
 	txSize       int
-	txProd       cdc.Cursor // our producer cursor in the peer's ring
-	txCons       cdc.Cursor // peer's consumer cursor of its ring, last validated
-	txConsW      uint64     // the raw word txCons came from
-	writeBlocked bool       // write_blocked is published
-	txBytes      atomic.Uint64
-	txCalls      atomic.Uint64
+	txProd       cdc.Cursor  // published producer cursor in the peer's ring
+	txPrep       cdc.Cursor  // prepared: bytes up to here are in the send space, maybe unpublished
+	txCons       cdc.Cursor  // peer's consumer cursor of its ring, last validated
+	txConsW      uint64      // the raw word txCons came from
+	writeBlocked bool        // write_blocked is published
+	corked       bool        // SetCork(true)
+	moreHeld     bool        // the last write carried "more is coming"
 	wrClosed     atomic.Bool // CloseWrite done
+
+	// The writer's doorbell has one waiter at a time: a Write waiting for space, or the
+	// flusher waiting to publish autocorked bytes. spaceTok is that right.
+	spaceTok       chan struct{}
+	kick           chan struct{} // wakes the flusher
+	closing        chan struct{} // closed by Close
+	flusherStarted bool          // writeMu
+	flusherDone    chan struct{}
+
+	// Counters (the kernel's smc_stats where it has one).
+	rxBytes, rxCalls, txBytes, txCalls               atomic.Uint64
+	pushes, corkPushes, nodelayPushes, sendfileCalls atomic.Uint64
+	autocorked, autosplitSegments, windowUpdates     atomic.Uint64
 
 	// The consumer word we publish in the peer's CDC area carries our consumer cursor
 	// and our producer and connection-state flags; ctlMu serialises its writers and

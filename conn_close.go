@@ -206,11 +206,19 @@ func (c *Conn) Close() error {
 		c.dropSignal()
 		return c.tcp.Close()
 	}
+	close(c.closing)
 	c.link.WakeLocal()
+	c.writeMu.Lock() // a Write still running may start the flusher; none can after this
+	started := c.flusherStarted
+	c.writeMu.Unlock()
+	if started {
+		<-c.flusherDone
+	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	c.pushLocked() // what was written goes out before the close (the kernel drains)
 
 	unread, err := c.refreshRx()
 	_, _, cf := cdc.UnpackWord(c.link.LoadPeerCons())
@@ -264,6 +272,7 @@ func (c *Conn) CloseWrite() error {
 	if c.wrClosed.Swap(true) {
 		return nil
 	}
+	c.pushLocked() // corked or autocorked bytes go out before done_writing
 	c.ctlMu.Lock()
 	c.applyLocked(evAppShutWr)
 	c.shutWr = true

@@ -145,6 +145,10 @@ func (h *handshake) established() (*Conn, error) {
 		rxSize: h.dmb.Size() - cdc.AreaSize, txSize: h.peerSize - cdc.AreaSize,
 		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load(),
 		monitorDone: make(chan struct{}),
+		spaceTok:    make(chan struct{}, 1),
+		kick:        make(chan struct{}, 1),
+		closing:     make(chan struct{}),
+		flusherDone: make(chan struct{}),
 	}
 	go c.monitor()
 	return c, nil

@@ -22,6 +22,8 @@ type Results struct {
 	Floors   Floors         `json:"floors"`
 	Latency  []LatencyPoint `json:"latency,omitempty"`
 	Stream   []StreamPoint  `json:"stream,omitempty"`
+	Conns    *ConnPoint     `json:"conns,omitempty"`
+	Overload *OverloadPoint `json:"overload,omitempty"`
 }
 
 // Machine describes where the run took place.
@@ -124,6 +126,111 @@ type StreamStats struct {
 	BytesReceived    uint64  `json:"bytes_received"`
 	// SenderBytesPerSec is what the client wrote per second of its own send loop.
 	SenderBytesPerSec float64 `json:"sender_bytes_per_sec"`
+}
+
+// ConnPoint holds the short-lived connection results: every connection is dial, one
+// request, one answer, and close, the server closing first.
+type ConnPoint struct {
+	// Conns connections are measured per transport and round, after Warmup unmeasured
+	// ones; Concurrency are in progress at once.
+	Conns       int `json:"conns"`
+	Warmup      int `json:"warmup"`
+	Concurrency int `json:"concurrency"`
+	// RequestSize is the size of the request and of the answer.
+	RequestSize int `json:"request_size"`
+	// LimitNS bounds each transport's round; ConnTimeoutNS each connection.
+	LimitNS       int64        `json:"limit_ns"`
+	ConnTimeoutNS int64        `json:"conn_timeout_ns"`
+	Baseline      string       `json:"baseline"`
+	Results       []ConnResult `json:"results"`
+}
+
+// ConnResult is one transport: all rounds together, then each round.
+type ConnResult struct {
+	Transport string `json:"transport"`
+	ConnStats
+	Rounds []ConnStats `json:"rounds"`
+}
+
+// ConnStats counts the connections of one measurement. The counts cover every
+// connection, warm-up included; the rate and the times cover the measured ones.
+type ConnStats struct {
+	Attempted uint64 `json:"attempted"`
+	Succeeded uint64 `json:"succeeded"`
+	// Failed is the sum of the failures by kind: the dial failed, I/O failed or the
+	// server closed early, a payload byte arrived wrong, or the time limit cut the
+	// connection off.
+	Failed         uint64 `json:"failed"`
+	FailedDial     uint64 `json:"failed_dial"`
+	FailedIO       uint64 `json:"failed_io"`
+	FailedMismatch uint64 `json:"failed_mismatch"`
+	TimedOut       uint64 `json:"timed_out"`
+	// Skipped connections were not started before the time limit.
+	Skipped uint64 `json:"skipped"`
+	// SMC and Fallback split the dialed connections by what the client saw, for
+	// transports that can fall back (ModeKnown).
+	ModeKnown bool     `json:"mode_known"`
+	SMC       uint64   `json:"smc"`
+	Fallback  uint64   `json:"fallback"`
+	Errors    []string `json:"errors,omitempty"` // the first few failures
+	// ElapsedNS is the wall time of the measured connections; ConnsPerSec counts the
+	// successful ones in it; Time is the time of each, from the start of the dial to the
+	// end of the close.
+	ElapsedNS   int64        `json:"elapsed_ns"`
+	ConnsPerSec float64      `json:"conns_per_sec"`
+	Time        LatencyStats `json:"time"`
+	// Server is what the server child counted (not in the overload mode's client rows).
+	Server *ServerConnStats `json:"server,omitempty"`
+}
+
+// ServerConnStats is the server child's account of the connections it accepted.
+type ServerConnStats struct {
+	Served uint64 `json:"served"` // requests verified and answered
+	Idle   uint64 `json:"idle"`   // closed by the client before sending anything
+	Failed uint64 `json:"failed"` // I/O errors, short or corrupt requests
+	// Cut are connections still open when the server stopped; they are closed and
+	// counted in Failed too.
+	Cut    uint64   `json:"cut"`
+	Errors []string `json:"errors,omitempty"` // the first few failures
+	// Listener holds the listener's counters, read after it closed, for transports
+	// that report them.
+	Listener *ListenerStats `json:"listener,omitempty"`
+}
+
+// OverloadPoint holds the overload results (seed 003's overload case): while Stalls
+// clients hold handshakes open without ever sending their part, Conns plain TCP clients,
+// then Conns clients of the transport itself, connect to the same server, Concurrency at
+// a time, each kind for at most LimitNS.
+type OverloadPoint struct {
+	Stalls      int              `json:"stalls"`
+	Conns       int              `json:"conns"`
+	Concurrency int              `json:"concurrency"`
+	LimitNS     int64            `json:"limit_ns"`
+	Baseline    string           `json:"baseline"`
+	Results     []OverloadResult `json:"results"`
+}
+
+// OverloadResult is one server transport: all rounds together, then each round.
+type OverloadResult struct {
+	Transport string `json:"transport"`
+	OverloadStats
+	Rounds []OverloadStats `json:"rounds"`
+}
+
+// OverloadStats is one overload measurement.
+type OverloadStats struct {
+	// StallDials counts the stalling connections made: Stalls at first, and again
+	// whenever the server dropped one; StallErrs the ones that could not be made.
+	StallDials uint64 `json:"stall_dials"`
+	StallErrs  uint64 `json:"stall_errs"`
+	// Stalled is the number of handshakes queued or running at the server once the
+	// stalls were in place, the fewest over the rounds; -1 if the server does not say.
+	Stalled int `json:"stalled"`
+	// Plain are plain TCP clients; Native the transport's own clients, for transports
+	// that can fall back to TCP (else nil: they would be the same plain clients).
+	Plain  ConnStats        `json:"plain"`
+	Native *ConnStats       `json:"native,omitempty"`
+	Server *ServerConnStats `json:"server,omitempty"`
 }
 
 // WriteJSON writes r as indented JSON.

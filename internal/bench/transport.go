@@ -23,11 +23,67 @@ type Transport struct {
 	// Dial connects to addr, which is Listener.Addr().String() of a listener made by Listen
 	// in another process.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+
+	// The hooks below are optional; they serve transports that upgrade a TCP connection
+	// after a handshake and may fall back to plain TCP.
+
+	// Mode reports whether a connection made by Dial carries its bytes through shared
+	// memory (smc true) or fell back to TCP, and describes its mode for messages.
+	// Ping-pong and stream refuse a connection that fell back, so that TCP figures are
+	// never posted under this transport's name; the connection modes count both kinds.
+	// Nil: the transport has no fallback.
+	Mode func(conn net.Conn) (smc bool, desc string)
+	// ListenerStats reads the counters of a listener made by Listen. The server child of
+	// the connection modes reports them.
+	ListenerStats func(ln net.Listener) ListenerStats
+	// Stall connects to addr like Dial's client would, announcing a handshake, and then
+	// sends nothing, so that the server's handshake for it waits until it times out. The
+	// overload mode holds many of these open. Nil: the overload mode stalls with Dial,
+	// which for a transport without a handshake is simply an idle client.
+	Stall func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// ListenerStats are the counters of a listener that upgrades connections after a
+// handshake, as smcloop's Listener.Stats reports them.
+type ListenerStats struct {
+	Accepted      uint64 `json:"accepted"`       // TCP connections taken from the kernel
+	SMC           uint64 `json:"smc"`            // handshakes that ended in shared memory
+	Fallback      uint64 `json:"fallback"`       // connections delivered as plain TCP
+	HandshakeErrs uint64 `json:"handshake_errs"` // handshakes that failed: connection dropped
+	Congested     uint64 `json:"congested"`      // times the handshakes became congested
+	Withdrawn     uint64 `json:"withdrawn"`      // times the capability signal was withdrawn
+	BacklogFull   uint64 `json:"backlog_full"`   // times accepting paused on a full backlog
+	// PendingNow and HandshakingNow are gauges: connections in the backlog, and
+	// handshakes queued or running, when the counters were read.
+	PendingNow     int `json:"pending_now"`
+	HandshakingNow int `json:"handshaking_now"`
+}
+
+// add sums counters; the gauges take o's values (the later reading).
+func (s *ListenerStats) add(o ListenerStats) {
+	s.Accepted += o.Accepted
+	s.SMC += o.SMC
+	s.Fallback += o.Fallback
+	s.HandshakeErrs += o.HandshakeErrs
+	s.Congested += o.Congested
+	s.Withdrawn += o.Withdrawn
+	s.BacklogFull += o.BacklogFull
+	s.PendingNow, s.HandshakingNow = o.PendingNow, o.HandshakingNow
 }
 
 // DefaultTransports is the order in which the CLI benchmarks transports when none are
 // named; only the registered ones take part (see Defaults).
 var DefaultTransports = []string{"smcd", "smcd-1m", "smcd-busypoll", "tcp", "unix"}
+
+// DefaultConnTransports are the transports of the short-lived connection mode when none
+// are named: smcloop with its defaults, with slowed server handshakes without and with
+// handshake limitation, and the baselines.
+var DefaultConnTransports = []string{"smcd", "smcd-slowhs", "smcd-slowhs-limit", "tcp", "unix"}
+
+// DefaultOverloadTransports are the servers of the overload mode when none are named:
+// smcloop without and with handshake limitation, and TCP for reference. The overload
+// mode needs transports that listen on a TCP address.
+var DefaultOverloadTransports = []string{"smcd", "smcd-limit", "tcp"}
 
 // registry holds the process-wide set of transports known by name. The server child
 // looks transports up here, so the client and the child must register the same set
@@ -71,14 +127,17 @@ func Registered() []string {
 }
 
 // Defaults returns the names in DefaultTransports that are registered, in that order.
-func Defaults() []string {
-	var names []string
-	for _, name := range DefaultTransports {
+func Defaults() []string { return Available(DefaultTransports) }
+
+// Available returns the names that are registered, in their order.
+func Available(names []string) []string {
+	var out []string
+	for _, name := range names {
 		if _, err := Lookup(name); err == nil {
-			names = append(names, name)
+			out = append(out, name)
 		}
 	}
-	return names
+	return out
 }
 
 // Lookup returns the transport registered as name. The error for an unknown name lists

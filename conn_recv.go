@@ -1,0 +1,232 @@
+package smcloop
+
+import (
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/smcd"
+)
+
+// peerStopFlags are the connection-state flags that end the peer's sending.
+const peerStopFlags = cdc.PeerDoneWriting | cdc.PeerConnClosed | cdc.PeerConnAbort
+
+// Read reads from the connection. On SMC it copies straight out of the local DMB; it
+// blocks (doorbell, or busy-poll first if configured) only while the ring is empty.
+func (c *Conn) Read(b []byte) (int, error) {
+	if !c.smc {
+		n, err := c.tcp.Read(b)
+		if n > 0 && c.signal != nil {
+			c.dropSignal()
+		}
+		return n, err
+	}
+	c.rxCalls.Add(1)
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	for {
+		if len(b) == 0 {
+			if err := c.stopErr(); err != nil {
+				return 0, c.opError("read", err)
+			}
+			return 0, nil
+		}
+		got := 0
+		n, err := c.receive(func(ring []byte) int {
+			k := copy(b[got:], ring)
+			got += k
+			return k
+		})
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// WriteTo writes everything the peer sends to w until EOF, straight from the DMB ring:
+// one copy from shared memory into w (a file, a pipe, another connection), with no
+// intermediate buffer. It makes io.Copy(w, conn) take the short path.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	if !c.smc {
+		return io.Copy(w, tcpOnly{c})
+	}
+	c.rxCalls.Add(1)
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	var total int64
+	var werr error
+	for {
+		n, err := c.receive(func(ring []byte) int {
+			if werr != nil {
+				return 0
+			}
+			n, err := w.Write(ring)
+			if err == nil && n < len(ring) {
+				err = io.ErrShortWrite
+			}
+			werr = err
+			return n
+		})
+		total += int64(n)
+		switch {
+		case werr != nil:
+			return total, werr
+		case err == io.EOF:
+			return total, nil
+		case err != nil:
+			return total, err
+		}
+	}
+}
+
+// tcpOnly hides a fallback Conn's WriteTo and ReadFrom from io.Copy, which would call
+// them again.
+type tcpOnly struct{ c *Conn }
+
+func (t tcpOnly) Read(b []byte) (int, error)  { return t.c.Read(b) }
+func (t tcpOnly) Write(b []byte) (int, error) { return t.c.Write(b) }
+
+// receive waits until the ring holds data (or the connection ends) and hands the unread
+// bytes to consume in at most two pieces (around the ring wrap); consume returns how many
+// it took. It returns (0, nil) when consume took nothing. readMu is held.
+func (c *Conn) receive(consume func(ring []byte) int) (int, error) {
+	for {
+		if err := c.stopErr(); err != nil {
+			return 0, c.opError("read", err)
+		}
+		if c.readDeadline.expired() {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		// Order matters: liveness, then flags, then the producer cursor. The peer
+		// publishes its last cursor before its close flags and both before its TCP close,
+		// so whatever we see set here comes with every byte the peer sent before it.
+		gone := c.peerGone.Load()
+		consW := c.link.LoadPeerCons()
+		_, pf, cf := cdc.UnpackWord(consW)
+		c.observePeer(cf)
+		unread, err := c.refreshRx()
+		if err != nil {
+			c.abort(err)
+			return 0, c.opError("read", c.abortError())
+		}
+		if unread > 0 {
+			return c.consume(unread, pf, consume), nil
+		}
+		c.confirm(pf, true) // nothing left: never wait on an unpublished window
+		switch {
+		case cf&cdc.PeerConnAbort != 0:
+			return 0, c.opError("read", ErrPeerReset)
+		case cf&peerStopFlags != 0, c.rdClosed.Load():
+			return 0, io.EOF
+		case gone:
+			return 0, c.opError("read", ErrPeerGone)
+		}
+		if err := c.waitFor(smcd.WakeReader, c.rxReady, &c.readDeadline); err != nil {
+			return 0, c.opError("read", err)
+		}
+	}
+}
+
+// refreshRx validates the peer's producer cursor and returns the unread byte count. The
+// cursor may only move forward, by at most the free space of our ring.
+func (c *Conn) refreshRx() (int, error) {
+	w := c.link.LoadPeerProd()
+	if w != c.rxProdW {
+		next, _, _ := cdc.UnpackWord(w)
+		free := c.rxSize - cdc.Diff(c.rxSize, c.rxCons, c.rxProd)
+		if _, err := cdc.Advance("producer cursor", c.rxSize, c.rxProd, next, free); err != nil {
+			return 0, err
+		}
+		c.rxProd, c.rxProdW = next, w
+	}
+	return cdc.Diff(c.rxSize, c.rxCons, c.rxProd), nil
+}
+
+// consume offers the unread bytes (at most two pieces) to f, advances the consumer
+// cursor by what it took and publishes it if the window-update rule says so.
+func (c *Conn) consume(unread int, pf cdc.ProdFlags, f func(ring []byte) int) int {
+	ring := c.link.RxRing()
+	off := int(c.rxCons.Count)
+	first := min(unread, c.rxSize-off)
+	n := f(ring[off : off+first])
+	if n == first && first < unread {
+		n += f(ring[:unread-first])
+	}
+	if n == 0 {
+		return 0
+	}
+	c.rxCons = c.rxCons.Add(c.rxSize, n)
+	c.rxBytes.Add(uint64(n))
+	c.confirm(pf, false)
+	return n
+}
+
+// confirm publishes the consumer cursor if the window-update rule says so. Publishing
+// rings the peer's writer only if it sleeps on a full ring. readMu is held.
+func (c *Conn) confirm(pf cdc.ProdFlags, draining bool) {
+	toConfirm := cdc.Diff(c.rxSize, c.rxConfirmed, c.rxCons)
+	if !windowUpdate(windowState{
+		toConfirm:  toConfirm,
+		limit:      updateLimit(c.rxSize),
+		senderFree: c.rxSize - cdc.DiffLarge(c.rxSize, c.rxConfirmed, c.rxProd),
+		rmbLen:     c.rxSize,
+		writeBlock: pf&cdc.WriteBlocked != 0,
+		requested:  pf&cdc.ConsCursUpdReq != 0 && toConfirm > 0,
+		draining:   draining,
+	}) {
+		return
+	}
+	c.rxConfirmed = c.rxCons
+	c.windowUpdates.Add(1)
+	c.ctlMu.Lock()
+	c.ctlCons = c.rxCons
+	c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), smcd.WakeWriter)
+	c.ctlMu.Unlock()
+}
+
+// rxReady is the reader's wake-up condition, cheap enough to spin on.
+func (c *Conn) rxReady() bool {
+	if c.link.LoadPeerProd() != c.rxProdW {
+		return true
+	}
+	_, _, cf := cdc.UnpackWord(c.link.LoadPeerCons())
+	return cf&peerStopFlags != 0 || c.peerGone.Load() || c.closed.Load() || c.aborted.Load() || c.rdClosed.Load()
+}
+
+// waitFor blocks the reader (WakeReader) or writer (WakeWriter) until ready() may have
+// become true, the deadline passes or the connection is woken locally. With a busy-poll
+// budget it first spins on ready(); then it announces the sleep in shared memory,
+// re-checks (a producer that published before seeing the announcement is caught here),
+// and sleeps on the doorbell.
+func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
+	if budget := c.cfg.busyPoll; budget > 0 {
+		end := time.Now().Add(budget)
+		for i := 1; ; i++ {
+			if ready() {
+				return nil
+			}
+			if i%64 == 0 && time.Now().After(end) {
+				break
+			}
+		}
+	}
+	c.link.Announce(bit)
+	if ready() {
+		c.link.Retract(bit)
+		return nil
+	}
+	err := c.link.Wait(bit)
+	c.link.Retract(bit)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if dl.expired() {
+				return os.ErrDeadlineExceeded
+			}
+			return nil // the deadline moved while we slept
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,422 @@
+package smcloop
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/smcd"
+)
+
+// Write writes b to the connection. On SMC it copies straight into the peer's DMB (or the
+// send buffer in copy mode) as far as the peer's ring has room and publishes according to
+// flushDecision: at the end of the write, per autosplit segment, when the ring is full —
+// and not while corked, or while autocorking holds a small write back.
+func (c *Conn) Write(b []byte) (int, error) {
+	if !c.smc {
+		return c.tcp.Write(b)
+	}
+	return c.send(b, false)
+}
+
+// WriteMore writes b and tells the connection that more data follows at once (MSG_MORE):
+// the bytes wait in the send space until a write without "more", an uncork, NoDelay, or a
+// full send space pushes them. On a TCP fallback it is Write.
+func (c *Conn) WriteMore(b []byte) (int, error) {
+	if !c.smc {
+		return c.tcp.Write(b)
+	}
+	return c.send(b, true)
+}
+
+// SetCork sets or clears corking (TCP_CORK): while set, writes only fill the send space;
+// clearing it publishes what is pending at once, in this call (no deferred work, no timer).
+// On a TCP fallback it sets TCP_CORK on the socket.
+func (c *Conn) SetCork(on bool) error {
+	if !c.smc {
+		return setTCPCork(c.tcp.Conn, on)
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.stopErr(); err != nil {
+		return c.opError("set", err)
+	}
+	was := c.corked
+	c.corked = on
+	if was && !on {
+		c.corkPushes.Add(1)
+		c.pushLocked()
+	}
+	return nil
+}
+
+// SetNoDelay with true publishes pending bytes at once (TCP_NODELAY on an SMC socket
+// pushes, as the kernel's does since 2022). SMC has no Nagle algorithm, so false changes
+// nothing on SMC. On a TCP fallback it sets TCP_NODELAY.
+func (c *Conn) SetNoDelay(on bool) error {
+	if !c.smc {
+		if tc, ok := c.tcp.Conn.(interface{ SetNoDelay(bool) error }); ok {
+			return tc.SetNoDelay(on)
+		}
+		return nil
+	}
+	if !on {
+		return nil
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.stopErr(); err != nil {
+		return c.opError("set", err)
+	}
+	c.nodelayPushes.Add(1)
+	c.pushLocked()
+	return nil
+}
+
+// ReadFrom copies r into the connection until EOF. On SMC the bytes go from r straight
+// into the send space — for an *os.File from the page cache into the peer's DMB, one copy
+// — and all but the last piece are corked, like sendfile's MSG_SENDPAGE_NOTLAST. It makes
+// io.Copy(conn, r) take the short path. On a TCP fallback it is the socket's ReadFrom
+// (sendfile or splice).
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	if !c.smc {
+		if rf, ok := c.tcp.Conn.(io.ReaderFrom); ok {
+			n, err := rf.ReadFrom(r)
+			c.tcp.sent.Add(uint64(n))
+			return n, err
+		}
+		return io.Copy(tcpOnly{c}, r)
+	}
+	if _, ok := r.(*os.File); ok {
+		c.sendfileCalls.Add(1)
+	}
+	c.txCalls.Add(1)
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	var total int64
+	for {
+		if err := c.sendable(); err != nil {
+			return total, err
+		}
+		free, err := c.waitSpace()
+		if err != nil {
+			return total, err
+		}
+		// Read into the contiguous free span at the prepared cursor.
+		off := int(c.txPrep.Count)
+		span := c.link.TxBuf()[off : off+min(free, c.txSize-off)]
+		n, rerr := r.Read(span)
+		if n < 0 || n > len(span) {
+			return total, c.opError("write", io.ErrShortWrite)
+		}
+		if n > 0 {
+			c.prepared(n)
+			total += int64(n)
+		}
+		if rerr != nil {
+			// The last piece: publish as a write's end would.
+			c.flushLocked(true, 0, false)
+			if rerr == io.EOF {
+				return total, nil
+			}
+			return total, rerr
+		}
+		// Every piece but the last is corked (MSG_SENDPAGE_NOTLAST); a full send space
+		// still pushes.
+		c.flushLocked(false, 0, false)
+	}
+}
+
+// send is Write and WriteMore on SMC.
+func (c *Conn) send(b []byte, more bool) (int, error) {
+	c.txCalls.Add(1)
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	split := splitSize(len(b), c.cfg.autosplit)
+	total, segment := 0, 0
+	for len(b) > 0 {
+		if err := c.sendable(); err != nil {
+			return total, err
+		}
+		free, err := c.waitSpace()
+		if err != nil {
+			return total, err
+		}
+		n := min(free, len(b))
+		if split > 0 {
+			n = min(n, split-segment)
+		}
+		c.copyIn(b[:n])
+		b, total, segment = b[n:], total+n, segment+n
+		if len(b) > 0 && c.flushLocked(false, segment, split > 0) {
+			segment = 0
+		}
+	}
+	if err := c.sendable(); err != nil && total == 0 {
+		return 0, err
+	}
+	if more {
+		c.moreHeld = true
+	} else {
+		c.moreHeld = false
+	}
+	c.flushLocked(true, segment, split > 0)
+	return total, nil
+}
+
+// sendable reports why nothing can be written now, or nil. writeMu is held.
+func (c *Conn) sendable() error {
+	if err := c.stopErr(); err != nil {
+		return c.opError("write", err)
+	}
+	if c.wrClosed.Load() {
+		return c.opError("write", ErrWriteShutdown)
+	}
+	if c.writeDeadline.expired() {
+		return c.opError("write", os.ErrDeadlineExceeded)
+	}
+	return nil
+}
+
+// waitSpace returns the free send space, blocking while there is none. A full send space
+// is published first, whatever holds it back, so the peer can drain it. writeMu is held.
+func (c *Conn) waitSpace() (int, error) {
+	for {
+		gone := c.peerGone.Load()
+		free, cf, err := c.refreshTx()
+		if err != nil {
+			c.abort(err)
+			return 0, c.opError("write", c.abortError())
+		}
+		switch {
+		case cf&cdc.PeerConnAbort != 0:
+			return 0, c.opError("write", ErrPeerReset)
+		case cf&cdc.PeerConnClosed != 0:
+			return 0, c.opError("write", ErrPeerClosed)
+		case gone:
+			return 0, c.opError("write", ErrPeerGone)
+		}
+		if free > 0 {
+			return free, nil
+		}
+		c.pushLocked() // rule 2: a full send space goes out
+		c.setWriteBlocked(true)
+		c.takeSpaceBell()
+		err = c.waitFor(smcd.WakeWriter, c.txReady, &c.writeDeadline)
+		<-c.spaceTok
+		if err != nil {
+			return 0, c.opError("write", err)
+		}
+		if err := c.sendable(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// takeSpaceBell makes this Write the writer doorbell's only waiter. If the flusher is
+// waiting on it, ring it locally: the flusher wakes, hands the doorbell over and leaves
+// the publishing to this Write. writeMu is held.
+func (c *Conn) takeSpaceBell() {
+	select {
+	case c.spaceTok <- struct{}{}:
+		return
+	default:
+	}
+	c.link.WakeLocal()
+	c.spaceTok <- struct{}{}
+}
+
+// refreshTx validates the peer's consumer cursor (it may only advance over bytes we
+// published and it has not yet consumed) and returns the free send space after the
+// prepared bytes and the peer's connection-state flags. writeMu is held.
+func (c *Conn) refreshTx() (free int, cf cdc.ConnFlags, err error) {
+	w := c.link.LoadPeerCons()
+	next, _, cf := cdc.UnpackWord(w)
+	c.observePeer(cf)
+	if next != c.txCons {
+		inflight := cdc.Diff(c.txSize, c.txCons, c.txProd)
+		if _, err := cdc.Advance("consumer cursor", c.txSize, c.txCons, next, inflight); err != nil {
+			return 0, cf, err
+		}
+		c.txCons = next
+	}
+	c.txConsW = w
+	return c.txSize - cdc.Diff(c.txSize, c.txCons, c.txPrep), cf, nil
+}
+
+// copyIn copies p (which fits the free space) to the prepared cursor, in at most two
+// pieces around the ring wrap. writeMu is held.
+func (c *Conn) copyIn(p []byte) {
+	buf := c.link.TxBuf()
+	n := len(p)
+	off := int(c.txPrep.Count)
+	first := min(n, c.txSize-off)
+	copy(buf[off:off+first], p[:first])
+	if first < n {
+		copy(buf[:n-first], p[first:])
+	}
+	c.prepared(n)
+}
+
+// prepared advances the prepared cursor over n bytes just placed in the send space.
+func (c *Conn) prepared(n int) {
+	c.txPrep = c.txPrep.Add(c.txSize, n)
+	c.txBytes.Add(uint64(n))
+}
+
+// flushLocked applies flushDecision to the current state and publishes if it says so; it
+// reports whether it published. writeMu is held.
+func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
+	pending := cdc.Diff(c.txSize, c.txProd, c.txPrep)
+	st := flushState{
+		pending:    pending,
+		free:       c.txSize - cdc.Diff(c.txSize, c.txCons, c.txPrep),
+		endOfWrite: endOfWrite,
+		segment:    segment,
+		corked:     c.corked,
+		more:       c.moreHeld,
+		autocork:   corkingSize(c.txSize, c.cfg.autocork),
+	}
+	if splitting {
+		st.autosplit = c.cfg.autosplit
+	}
+	// The consumer cursor as this write last saw it: no extra shared load per write.
+	st.peerBehind = c.txCons != c.txProd
+	push, why := flushDecision(st)
+	switch why {
+	case pushSplit:
+		c.autosplitSegments.Add(1)
+	case holdAutocork:
+		c.autocorked.Add(1)
+		c.armFlusher()
+	}
+	if push {
+		c.pushLocked()
+	}
+	return push
+}
+
+// pushLocked publishes every prepared byte: in copy mode it moves them into the peer's
+// DMB, then stores the producer cursor, then rings the peer's reader if it sleeps.
+// writeMu is held.
+func (c *Conn) pushLocked() {
+	pending := cdc.Diff(c.txSize, c.txProd, c.txPrep)
+	if pending == 0 {
+		return
+	}
+	off := int(c.txProd.Count)
+	c.txProd = c.txPrep
+	c.moreHeld = false
+	c.link.PushProd(cdc.PackWord(c.txProd, 0, 0), off, pending)
+	c.pushes.Add(1)
+	c.setWriteBlocked(false)
+}
+
+// setWriteBlocked publishes the write_blocked producer flag (the peer's RMB is full) when
+// it changes. writeMu is held.
+func (c *Conn) setWriteBlocked(on bool) {
+	if on == c.writeBlocked {
+		return
+	}
+	c.writeBlocked = on
+	c.ctlMu.Lock()
+	if on {
+		c.ctlPF |= cdc.WriteBlocked
+	} else {
+		c.ctlPF &^= cdc.WriteBlocked
+	}
+	c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), 0)
+	c.ctlMu.Unlock()
+}
+
+// txReady is the writer's wake-up condition.
+func (c *Conn) txReady() bool {
+	return c.link.LoadPeerCons() != c.txConsW || c.peerGone.Load() || c.closed.Load() || c.aborted.Load()
+}
+
+// armFlusher makes sure autocorked bytes go out once the peer has consumed the previous
+// push, even if no further write comes: the flusher goroutine (started on first use)
+// waits for the peer's consumption and publishes, like the kernel's push from the CDC
+// completion. writeMu is held.
+func (c *Conn) armFlusher() {
+	if !c.flusherStarted {
+		c.flusherStarted = true
+		go c.flusher()
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flusher publishes autocorked bytes when the peer catches up. It owns the writer's
+// doorbell only while no Write needs it (spaceTok).
+func (c *Conn) flusher() {
+	defer close(c.flusherDone)
+	for {
+		select {
+		case <-c.kick:
+		case <-c.closing:
+			return
+		}
+		c.flushHeld()
+	}
+}
+
+func (c *Conn) flushHeld() {
+	for {
+		c.writeMu.Lock()
+		if c.stopErr() != nil || c.corked || c.moreHeld || cdc.Diff(c.txSize, c.txProd, c.txPrep) == 0 {
+			c.writeMu.Unlock()
+			return
+		}
+		if _, _, err := c.refreshTx(); err != nil {
+			c.writeMu.Unlock()
+			return // the next Write reports it
+		}
+		if c.txCons == c.txProd { // the peer consumed everything published: push the rest
+			c.pushLocked()
+			c.writeMu.Unlock()
+			return
+		}
+		seen := c.txConsW
+		c.writeMu.Unlock()
+
+		select {
+		case c.spaceTok <- struct{}{}:
+		default:
+			return // a Write waits for space; it publishes everything when it wakes
+		}
+		c.link.Announce(smcd.WakeWriter)
+		if c.link.LoadPeerCons() == seen && !c.closed.Load() {
+			c.link.Wait(smcd.WakeWriter)
+		}
+		c.link.Retract(smcd.WakeWriter)
+		<-c.spaceTok
+	}
+}
+
+// setTCPCork sets TCP_CORK on a fallback connection's socket.
+func setTCPCork(conn net.Conn, on bool) error {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, v)
+	}); err != nil {
+		return err
+	}
+	return os.NewSyscallError("setsockopt TCP_CORK", serr)
+}
