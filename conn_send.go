@@ -89,7 +89,8 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 		return io.Copy(tcpOnly{c}, r)
 	}
-	if _, ok := r.(*os.File); ok {
+	// A file: *os.File itself, or the wrapper os.File.WriteTo hands to io.Copy.
+	if _, ok := r.(interface{ Stat() (os.FileInfo, error) }); ok {
 		c.sendfileCalls.Add(1)
 	}
 	c.txCalls.Add(1)

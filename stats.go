@@ -27,6 +27,13 @@ type ConnStats struct {
 	RingsSent, RingsSuppressed, Sleeps uint64
 	// MoveDataCalls counts move_data calls in copy mode.
 	MoveDataCalls uint64
+	// Pushes counts producer-cursor publications; CorkPushes those made by clearing
+	// Cork (cork_cnt), NoDelayPushes by SetNoDelay(true) (ndly_cnt); SendfileCalls counts
+	// ReadFrom calls from a file; Autocorked the writes held back by autocorking;
+	// AutosplitSegments the segments published before their write ended; WindowUpdates
+	// the consumer-cursor publications.
+	Pushes, CorkPushes, NoDelayPushes, SendfileCalls uint64
+	Autocorked, AutosplitSegments, WindowUpdates     uint64
 	// RMBSize and PeerRMBSize are the local and peer DMB sizes (0 after a fallback).
 	RMBSize, PeerRMBSize int
 }
@@ -43,6 +50,10 @@ func (c *Conn) Stats() ConnStats {
 		SMCBytesRecv: c.rxBytes.Load(),
 		SMCWrites:    c.txCalls.Load(),
 		SMCReads:     c.rxCalls.Load(),
+
+		Pushes: c.pushes.Load(), CorkPushes: c.corkPushes.Load(), NoDelayPushes: c.nodelayPushes.Load(),
+		SendfileCalls: c.sendfileCalls.Load(), Autocorked: c.autocorked.Load(),
+		AutosplitSegments: c.autosplitSegments.Load(), WindowUpdates: c.windowUpdates.Load(),
 	}
 	if c.smc {
 		lc := c.link.Counters()

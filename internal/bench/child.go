@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -97,12 +98,20 @@ func startChild(ctx context.Context, mk ServerCmd, args []string) (*child, error
 // finish waits for the child to exit (its connection is closed by now), killing it after
 // childExitTimeout or when ctx is done, and returns the failure it reported, if any.
 func (c *child) finish(ctx context.Context) error {
+	_, err := c.finishWithin(ctx, childExitTimeout)
+	return err
+}
+
+// finishWithin waits up to timeout for the child to exit, killing it after that or when
+// ctx is done, and returns what it printed since the last line read and the failure it
+// reported, if any.
+func (c *child) finishWithin(ctx context.Context, timeout time.Duration) (string, error) {
 	done := make(chan string, 1)
 	go func() {
 		rest, _ := io.ReadAll(c.out) // EOF when the child exits
 		done <- string(rest)
 	}()
-	timer := time.NewTimer(childExitTimeout)
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var out string
 	var late error
@@ -111,7 +120,7 @@ func (c *child) finish(ctx context.Context) error {
 	case <-timer.C:
 		c.kill()
 		out = <-done
-		late = fmt.Errorf("server process did not exit within %v of the end of the run; killed", childExitTimeout)
+		late = fmt.Errorf("server process did not exit within %v of the end of the run; killed", timeout)
 	case <-ctx.Done():
 		c.kill()
 		out = <-done
@@ -119,15 +128,101 @@ func (c *child) finish(ctx context.Context) error {
 	}
 	detail := c.reap()
 	if fail := parseFail(out); fail != nil {
-		return fail
+		return out, fail
 	}
 	if late != nil {
-		return late
+		return out, late
 	}
 	if detail != "" {
-		return errors.New("server process" + detail)
+		return out, errors.New("server process" + detail)
 	}
-	return nil
+	return out, nil
+}
+
+// childReplyTimeout bounds the wait for the answer to a command.
+const childReplyTimeout = 10 * time.Second
+
+// command sends cmd to a child serving with --conns and returns the rest of its answer
+// line after "<reply> ". If the child does not answer, it is killed and reaped, and the
+// error says why; the child must not be used after that.
+func (c *child) command(ctx context.Context, cmd, reply string) (string, error) {
+	if _, err := io.WriteString(c.stdin, cmd+"\n"); err != nil {
+		c.kill()
+		return "", fmt.Errorf("sending %q to the server process: %w%s", cmd, err, c.reap())
+	}
+	type result struct {
+		line string
+		err  error
+	}
+	lines := make(chan result, 1)
+	go func() {
+		line, err := c.out.ReadString('\n')
+		lines <- result{line, err}
+	}()
+	timer := time.NewTimer(childReplyTimeout)
+	defer timer.Stop()
+	var r result
+	select {
+	case r = <-lines:
+	case <-timer.C:
+		c.kill()
+		<-lines
+		return "", fmt.Errorf("server process did not answer %q within %v%s", cmd, childReplyTimeout, c.reap())
+	case <-ctx.Done():
+		c.kill()
+		<-lines
+		c.reap()
+		return "", context.Cause(ctx)
+	}
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(r.line, "\n"), reply+" ")
+	if r.err != nil || !ok {
+		c.kill()
+		more, _ := io.ReadAll(c.out)
+		if fail := parseFail(r.line + string(more)); fail != nil {
+			c.reap()
+			return "", fail
+		}
+		return "", fmt.Errorf("server process answered %q with %q%s", cmd, r.line, c.reap())
+	}
+	return rest, nil
+}
+
+// listenerStats asks a child serving with --conns for its listener's counters; nil if
+// the transport has none. After an error the child has been killed and reaped.
+func (c *child) listenerStats(ctx context.Context) (*ListenerStats, error) {
+	js, err := c.command(ctx, "stats", "STATS")
+	if err != nil {
+		return nil, err
+	}
+	var st *ListenerStats
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		c.kill()
+		return nil, fmt.Errorf("%w: server process counters %q: %v%s", ErrProtocol, js, err, c.reap())
+	}
+	return st, nil
+}
+
+// stopConns ends the service of a child serving with --conns and returns its report.
+// The child is reaped in every case.
+func (c *child) stopConns(ctx context.Context) (*ServerConnStats, error) {
+	if _, err := io.WriteString(c.stdin, "stop\n"); err != nil {
+		c.kill()
+		return nil, fmt.Errorf("stopping the server process: %w%s", err, c.reap())
+	}
+	out, err := c.finishWithin(ctx, serverDrain+childExitTimeout)
+	if err != nil {
+		return nil, err
+	}
+	for line := range strings.Lines(out) {
+		if js, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "REPORT "); ok {
+			var st ServerConnStats
+			if err := json.Unmarshal([]byte(js), &st); err != nil {
+				return nil, fmt.Errorf("%w: server process report %q: %v", ErrProtocol, js, err)
+			}
+			return &st, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: the server process exited without a report (printed %q)", ErrProtocol, out)
 }
 
 func (c *child) kill() { c.cmd.Process.Kill() }

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,16 +20,22 @@ import (
 //	--transport NAME  the registered transport to listen with
 //	--cpu N           pin every thread of the process to CPU N first
 //	--lifeline        exit when stdin reaches EOF (the parent closed it or died)
+//	--conns           serve short-lived connections until told to stop (see connServer)
 //
 // On stdout it prints exactly one line "LISTEN <addr>" once it listens, and, if it fails
 // after that, one line "FAIL <kind> <text>" where kind is mismatch, protocol or io. It
 // serves one connection and exits: status 0 after sending its report, non-zero otherwise.
+// With --conns it reads commands from stdin, one a line: "stats" prints "STATS <json>",
+// "stop" ends the service with "REPORT <json>" and status 0.
 
 // serverArgs builds the child's arguments.
-func serverArgs(transport string, cpu int) []string {
+func serverArgs(transport string, cpu int, conns bool) []string {
 	args := []string{"--transport", transport, "--lifeline"}
 	if cpu >= 0 {
 		args = append(args, "--cpu", strconv.Itoa(cpu))
+	}
+	if conns {
+		args = append(args, "--conns")
 	}
 	return args
 }
@@ -43,6 +51,7 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	name := fs.String("transport", "", "registered transport to listen with")
 	cpu := fs.Int("cpu", -1, "pin the process to this CPU")
 	lifeline := fs.Bool("lifeline", false, "exit when stdin reaches EOF")
+	conns := fs.Bool("conns", false, "serve short-lived connections until told to stop")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("bench server: %w", err)
 	}
@@ -60,7 +69,25 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if *lifeline {
+	var cmds chan string
+	switch {
+	case *conns:
+		cmds = make(chan string)
+		go func() {
+			sc := bufio.NewScanner(stdin)
+			for sc.Scan() {
+				select {
+				case cmds <- sc.Text():
+				case <-ctx.Done():
+					return
+				}
+			}
+			if *lifeline {
+				cancel()
+			}
+			close(cmds)
+		}()
+	case *lifeline:
 		go func() {
 			io.Copy(io.Discard, stdin)
 			cancel()
@@ -75,7 +102,11 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 		ln.Close()
 		return fmt.Errorf("bench server: announcing the address: %w", err)
 	}
-	err = serveOne(ctx, ln)
+	if *conns {
+		err = serveConns(ctx, tr, ln, cmds, stdout)
+	} else {
+		err = serveOne(ctx, ln)
+	}
 	if err != nil {
 		fmt.Fprintf(stdout, "FAIL %s %s\n", failKind(err), strings.ReplaceAll(err.Error(), "\n", " "))
 	}
@@ -103,6 +134,57 @@ func serveOne(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("%w (%w)", err, context.Cause(ctx))
 	}
 	return err
+}
+
+// serveConns serves short-lived connections on ln until the "stop" command (or the end
+// of the commands) and prints the report; ctx ending first is a failure.
+func serveConns(ctx context.Context, tr Transport, ln net.Listener, cmds <-chan string, stdout io.Writer) error {
+	srv := newConnServer(ln)
+	go srv.acceptLoop()
+	listenerStats := func() *ListenerStats {
+		if tr.ListenerStats == nil {
+			return nil
+		}
+		st := tr.ListenerStats(ln)
+		return &st
+	}
+	for stop := false; !stop; {
+		select {
+		case <-ctx.Done():
+			srv.stop(0)
+			return fmt.Errorf("stopped before the client was done: %w", context.Cause(ctx))
+		case cmd, ok := <-cmds:
+			switch {
+			case !ok && ctx.Err() != nil:
+				srv.stop(0)
+				return fmt.Errorf("stopped before the client was done: %w", context.Cause(ctx))
+			case !ok, cmd == "stop":
+				stop = true
+			case cmd == "stats":
+				b, err := json.Marshal(listenerStats())
+				if err == nil {
+					_, err = fmt.Fprintf(stdout, "STATS %s\n", b)
+				}
+				if err != nil {
+					srv.stop(0)
+					return fmt.Errorf("reporting the listener's counters: %w", err)
+				}
+			default:
+				srv.stop(0)
+				return fmt.Errorf("%w: unknown command %q", ErrProtocol, cmd)
+			}
+		}
+	}
+	st := srv.stop(serverDrain)
+	st.Listener = listenerStats()
+	b, err := json.Marshal(st)
+	if err == nil {
+		_, err = fmt.Fprintf(stdout, "REPORT %s\n", b)
+	}
+	if err != nil {
+		return fmt.Errorf("sending the report: %w", err)
+	}
+	return nil
 }
 
 // serveConn reads the header, prepares, sends the ready message, serves the mode the
