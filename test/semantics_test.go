@@ -80,13 +80,15 @@ func wantEOF(t *testing.T, c *smcloop.Conn) {
 	}
 }
 
-// goRead starts a Read on c and returns its result channel.
+// ioResult is the outcome of a Read or Write run on its own goroutine, with the time
+// it returned.
 type ioResult struct {
 	n   int
 	err error
 	at  time.Time
 }
 
+// goRead starts a Read on c and returns its result channel.
 func goRead(c *smcloop.Conn, b []byte) <-chan ioResult {
 	ch := make(chan ioResult, 1)
 	go func() {
@@ -96,6 +98,7 @@ func goRead(c *smcloop.Conn, b []byte) <-chan ioResult {
 	return ch
 }
 
+// goWrite starts a Write on c and returns its result channel.
 func goWrite(c *smcloop.Conn, b []byte) <-chan ioResult {
 	ch := make(chan ioResult, 1)
 	go func() {
@@ -120,6 +123,7 @@ func waitAsleep(t *testing.T, c *smcloop.Conn, before uint64, pending <-chan ioR
 	})
 }
 
+// await returns the result of a call expected to return, failing after the watchdog.
 func await(t *testing.T, what string, ch <-chan ioResult) ioResult {
 	t.Helper()
 	select {

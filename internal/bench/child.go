@@ -263,3 +263,9 @@ func (t *tailBuffer) String() string {
 	defer t.mu.Unlock()
 	return string(t.b)
 }
+
+// abort kills the child and reaps it, for when the run ends without its report.
+func (c *child) abort() {
+	c.kill()
+	c.reap()
+}

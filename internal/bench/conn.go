@@ -383,6 +383,9 @@ func (s *connServer) acceptLoop() {
 	}
 }
 
+// isReset reports whether err is the peer resetting the connection.
+func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
 // acceptRetryable reports errors worth retrying Accept for: running out of descriptors
 // or memory, or a connection aborted before it was accepted.
 func acceptRetryable(err error) bool {

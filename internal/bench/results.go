@@ -221,8 +221,9 @@ type OverloadResult struct {
 type OverloadStats struct {
 	// StallDials counts the stalling connections made: Stalls at first, and again
 	// whenever the server dropped one; StallErrs the ones that could not be made.
-	StallDials uint64 `json:"stall_dials"`
-	StallErrs  uint64 `json:"stall_errs"`
+	StallDials  uint64   `json:"stall_dials"`
+	StallErrs   uint64   `json:"stall_errs"`
+	StallErrors []string `json:"stall_errors,omitempty"` // the first few
 	// Stalled is the number of handshakes queued or running at the server once the
 	// stalls were in place, the fewest over the rounds; -1 if the server does not say.
 	Stalled int `json:"stalled"`

@@ -11,10 +11,11 @@ import (
 
 // Config says what Run measures.
 type Config struct {
-	// Transports are measured in this order, alternating within every point.
+	// Transports are measured by ping-pong and stream in this order, alternating within
+	// every point.
 	Transports []Transport
 	// Baseline names the transport the ratio columns divide by. Empty means "tcp" if it
-	// is among Transports, else the first transport.
+	// is among the transports of a table, else the table's first transport.
 	Baseline string
 	// LatSizes are the ping-pong message sizes; none skips ping-pong.
 	LatSizes []int
@@ -35,6 +36,47 @@ type Config struct {
 	Command []string
 	// Progress, if set, is called before each measurement: step counts from 1 to steps.
 	Progress func(step, steps int, what string)
+	// Conn, if set, measures short-lived connections after ping-pong and stream.
+	Conn *ConnConfig
+	// Overload, if set, measures connection setup while the server's handshakes are
+	// stalled, last.
+	Overload *OverloadConfig
+}
+
+// ConnConfig says what the short-lived connection mode measures. Rounds, Pin and Server
+// come from the Config.
+type ConnConfig struct {
+	// Transports are measured in this order, taking turns in every round.
+	Transports []Transport
+	// Conns connections are measured per transport and round, after Warmup unmeasured
+	// (but verified and counted) ones.
+	Conns, Warmup int
+	// Concurrency is the number of connections in progress at once.
+	Concurrency int
+	// Limit bounds each transport's round, warm-up included: connections in progress are
+	// then cut off and the rest skipped, all counted. 0 means DefaultConnLimit.
+	Limit time.Duration
+}
+
+func (c *ConnConfig) validate() error {
+	switch {
+	case c.Conns < 1:
+		return fmt.Errorf("connections %d: must be at least 1", c.Conns)
+	case c.Warmup < 0:
+		return fmt.Errorf("warm-up connections %d: must not be negative", c.Warmup)
+	case c.Concurrency < 1:
+		return fmt.Errorf("concurrency %d: must be at least 1", c.Concurrency)
+	case c.Limit < 0:
+		return fmt.Errorf("time limit %v: must not be negative", c.Limit)
+	}
+	return checkTransports(c.Transports)
+}
+
+func (c *ConnConfig) limit() time.Duration {
+	if c.Limit == 0 {
+		return DefaultConnLimit
+	}
+	return c.Limit
 }
 
 const (
@@ -47,13 +89,16 @@ const (
 	ioGrace = 20 * time.Second
 )
 
+// messages reports whether ping-pong or stream is measured.
+func (c *Config) messages() bool { return len(c.LatSizes)+len(c.BWSizes) > 0 }
+
 func (c *Config) validate() error {
 	switch {
-	case len(c.Transports) == 0:
+	case !c.messages() && c.Conn == nil && c.Overload == nil:
+		return errors.New("no message sizes to measure, and no connection mode")
+	case c.messages() && len(c.Transports) == 0:
 		return errors.New("no transports to measure")
-	case len(c.LatSizes) == 0 && len(c.BWSizes) == 0:
-		return errors.New("no message sizes to measure")
-	case c.Duration <= 0:
+	case c.messages() && c.Duration <= 0:
 		return fmt.Errorf("duration %v: must be positive", c.Duration)
 	case c.Warmup < 0:
 		return fmt.Errorf("warm-up %v: must not be negative", c.Warmup)
@@ -62,41 +107,70 @@ func (c *Config) validate() error {
 	case c.Server == nil:
 		return errors.New("no server command")
 	}
-	for i, t := range c.Transports {
-		if t.Name == "" || t.Listen == nil || t.Dial == nil {
-			return fmt.Errorf("transport %d (%q) needs a name, Listen and Dial", i, t.Name)
-		}
-		if slices.ContainsFunc(c.Transports[:i], func(u Transport) bool { return u.Name == t.Name }) {
-			return fmt.Errorf("transport %q listed twice", t.Name)
-		}
+	if err := checkTransports(c.Transports); err != nil {
+		return err
 	}
 	for _, n := range slices.Concat(c.LatSizes, c.BWSizes) {
 		if n < 1 || n > MaxSize {
 			return fmt.Errorf("message size %d: must be between 1 and %d", n, MaxSize)
 		}
 	}
-	if c.Baseline != "" && !slices.Contains(c.names(), c.Baseline) {
-		return fmt.Errorf("baseline %q is not among the transports (%v)", c.Baseline, c.names())
+	var all []string
+	if c.messages() {
+		all = names(c.Transports)
+	}
+	if c.Conn != nil {
+		if err := c.Conn.validate(); err != nil {
+			return fmt.Errorf("connection mode: %w", err)
+		}
+		all = append(all, names(c.Conn.Transports)...)
+	}
+	if c.Overload != nil {
+		if err := c.Overload.validate(); err != nil {
+			return fmt.Errorf("overload mode: %w", err)
+		}
+		all = append(all, names(c.Overload.Transports)...)
+	}
+	if c.Baseline != "" && !slices.Contains(all, c.Baseline) {
+		return fmt.Errorf("baseline %q is not among the transports (%v)", c.Baseline, slices.Compact(all))
 	}
 	return nil
 }
 
-func (c *Config) names() []string {
-	names := make([]string, len(c.Transports))
-	for i, t := range c.Transports {
-		names[i] = t.Name
+// checkTransports checks that every transport is complete and listed once.
+func checkTransports(ts []Transport) error {
+	for i, t := range ts {
+		if t.Name == "" || t.Listen == nil || t.Dial == nil {
+			return fmt.Errorf("transport %d (%q) needs a name, Listen and Dial", i, t.Name)
+		}
+		if slices.ContainsFunc(ts[:i], func(u Transport) bool { return u.Name == t.Name }) {
+			return fmt.Errorf("transport %q listed twice", t.Name)
+		}
 	}
-	return names
+	if len(ts) == 0 {
+		return errors.New("no transports to measure")
+	}
+	return nil
 }
 
-func (c *Config) baseline() string {
+func names(ts []Transport) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Name
+	}
+	return out
+}
+
+// baseline is the transport that the ratio columns of a table of ts divide by.
+func (c *Config) baseline(ts []Transport) string {
+	n := names(ts)
 	switch {
-	case c.Baseline != "":
+	case c.Baseline != "" && slices.Contains(n, c.Baseline):
 		return c.Baseline
-	case slices.Contains(c.names(), "tcp"):
+	case slices.Contains(n, "tcp"):
 		return "tcp"
 	}
-	return c.Transports[0].Name
+	return n[0]
 }
 
 // floorDuration is how long each floor figure is measured: a fifth of a point, within
@@ -118,8 +192,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Command: cfg.Command,
 		Machine: machineInfo(),
 		Settings: Settings{
-			Transports: cfg.names(),
-			Baseline:   cfg.baseline(),
+			Transports: names(cfg.Transports),
 			LatSizes:   cfg.LatSizes,
 			BWSizes:    cfg.BWSizes,
 			DurationNS: int64(cfg.Duration),
@@ -139,15 +212,18 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		res.Settings.ClientCPU, res.Settings.ServerCPU = clientCPU, serverCPU
 	}
 
-	// The floor threads are pinned even when the benchmark is not: the floor is what two
-	// CPUs can do at best, not what the scheduler happens to arrange.
-	floorCPUs := cpus
-	if !cfg.Pin {
-		floorCPUs = twoCPUs()
-	}
-	res.Floors = measureFloors(slices.Concat(cfg.LatSizes, cfg.BWSizes), floorDuration(cfg.Duration), floorCPUs)
-	if err := ctx.Err(); err != nil {
-		return nil, context.Cause(ctx)
+	if cfg.messages() {
+		res.Settings.Baseline = cfg.baseline(cfg.Transports)
+		// The floor threads are pinned even when the benchmark is not: the floor is what
+		// two CPUs can do at best, not what the scheduler happens to arrange.
+		floorCPUs := cpus
+		if !cfg.Pin {
+			floorCPUs = twoCPUs()
+		}
+		res.Floors = measureFloors(slices.Concat(cfg.LatSizes, cfg.BWSizes), floorDuration(cfg.Duration), floorCPUs)
+		if err := ctx.Err(); err != nil {
+			return nil, context.Cause(ctx)
+		}
 	}
 
 	if cfg.Pin {
@@ -158,6 +234,12 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		defer restore()
 	}
 	r := &runner{cfg: cfg, serverCPU: cpus[1], steps: (len(cfg.LatSizes) + len(cfg.BWSizes)) * cfg.Rounds * len(cfg.Transports)}
+	if cfg.Conn != nil {
+		r.steps += cfg.Rounds * len(cfg.Conn.Transports)
+	}
+	if cfg.Overload != nil {
+		r.steps += cfg.Rounds * len(cfg.Overload.Transports)
+	}
 	for _, size := range cfg.LatSizes {
 		p, err := r.latencyPoint(ctx, size, res.Floors)
 		if err != nil {
@@ -172,6 +254,20 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		}
 		res.Stream = append(res.Stream, p)
 	}
+	if cfg.Conn != nil {
+		p, err := r.connPoint(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Conns = p
+	}
+	if cfg.Overload != nil {
+		p, err := r.overloadPoint(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Overload = p
+	}
 	return res, nil
 }
 
@@ -183,10 +279,10 @@ type runner struct {
 	steps     int
 }
 
-// each calls fn for every round and every transport, alternating, and stops at the first
-// error. fn gets the index of the transport in cfg.Transports.
-func (r *runner) each(ctx context.Context, what string, fn func(ti, round int) error) error {
-	n := len(r.cfg.Transports)
+// each calls fn for every round and every transport of ts, alternating, and stops at the
+// first error. fn gets the index of the transport in ts.
+func (r *runner) each(ctx context.Context, ts []Transport, what string, fn func(ti, round int) error) error {
+	n := len(ts)
 	for round := range r.cfg.Rounds {
 		for k := range n {
 			ti := (k + round) % n
@@ -195,10 +291,10 @@ func (r *runner) each(ctx context.Context, what string, fn func(ti, round int) e
 			}
 			r.step++
 			if r.cfg.Progress != nil {
-				r.cfg.Progress(r.step, r.steps, fmt.Sprintf("%s, %s, round %d of %d", what, r.cfg.Transports[ti].Name, round+1, r.cfg.Rounds))
+				r.cfg.Progress(r.step, r.steps, fmt.Sprintf("%s, %s, round %d of %d", what, ts[ti].Name, round+1, r.cfg.Rounds))
 			}
 			if err := fn(ti, round); err != nil {
-				return fmt.Errorf("%s over %s, round %d: %w", what, r.cfg.Transports[ti].Name, round+1, err)
+				return fmt.Errorf("%s over %s, round %d: %w", what, ts[ti].Name, round+1, err)
 			}
 		}
 	}
@@ -212,7 +308,7 @@ func (r *runner) latencyPoint(ctx context.Context, size int, fl Floors) (Latency
 	}
 	hists := make([]*histogram, len(r.cfg.Transports))
 	elapsed := make([]time.Duration, len(r.cfg.Transports))
-	err := r.each(ctx, "ping-pong "+FormatSize(size), func(ti, round int) error {
+	err := r.each(ctx, r.cfg.Transports, "ping-pong "+FormatSize(size), func(ti, round int) error {
 		var h *histogram
 		var el time.Duration
 		err := r.session(ctx, r.cfg.Transports[ti], func(conn net.Conn) error {
@@ -248,7 +344,7 @@ func (r *runner) streamPoint(ctx context.Context, size int, fl Floors) (StreamPo
 	if ns := copyNS(fl, size); ns > 0 {
 		p.CopyBytesPerSec = float64(size) / ns * 1e9
 	}
-	err := r.each(ctx, "stream "+FormatSize(size), func(ti, round int) error {
+	err := r.each(ctx, r.cfg.Transports, "stream "+FormatSize(size), func(ti, round int) error {
 		var sr streamResult
 		err := r.session(ctx, r.cfg.Transports[ti], func(conn net.Conn) error {
 			var err error
@@ -332,7 +428,7 @@ func sumStream(size int, rounds []StreamStats) StreamStats {
 // session runs one measurement: it starts a server child for t, connects to it, runs fn
 // on the connection, closes it and tears the child down. The error says which side failed.
 func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) error) error {
-	ch, err := startChild(ctx, r.cfg.Server, serverArgs(t.Name, r.serverCPU))
+	ch, err := startChild(ctx, r.cfg.Server, serverArgs(t.Name, r.serverCPU, false))
 	if err != nil {
 		return err
 	}
@@ -340,9 +436,15 @@ func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) err
 	conn, err := t.Dial(dctx, ch.addr)
 	cancel()
 	if err != nil {
-		ch.kill()
-		ch.finish(ctx)
+		ch.abort()
 		return fmt.Errorf("dial %s: %w", ch.addr, err)
+	}
+	if t.Mode != nil {
+		if smc, desc := t.Mode(conn); !smc {
+			conn.Close()
+			ch.abort()
+			return fmt.Errorf("%s: connection fell back to TCP (%s)", t.Name, desc)
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	// Transports without deadlines return an error here; they can still be measured.
@@ -355,6 +457,81 @@ func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) err
 		return context.Cause(ctx)
 	}
 	return blame(clientErr, serverErr)
+}
+
+// connPoint measures short-lived connections over every transport of cfg.Conn.
+func (r *runner) connPoint(ctx context.Context) (*ConnPoint, error) {
+	cc := r.cfg.Conn
+	p := &ConnPoint{
+		Conns: cc.Conns, Warmup: cc.Warmup, Concurrency: cc.Concurrency, RequestSize: connMsgLen,
+		LimitNS: int64(cc.limit()), ConnTimeoutNS: int64(connTimeout), Baseline: r.cfg.baseline(cc.Transports),
+		Results: make([]ConnResult, len(cc.Transports)),
+	}
+	hists := make([]*histogram, len(cc.Transports))
+	err := r.each(ctx, cc.Transports, "connections", func(ti, round int) error {
+		s, h, err := r.connRound(ctx, cc.Transports[ti])
+		if err != nil {
+			return err
+		}
+		res := &p.Results[ti]
+		res.Rounds = append(res.Rounds, s)
+		addConnStats(&res.ConnStats, s)
+		if hists[ti] == nil {
+			hists[ti] = h
+		} else {
+			hists[ti].merge(h)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for ti, t := range cc.Transports {
+		p.Results[ti].Transport = t.Name
+		finishConnStats(&p.Results[ti].ConnStats, hists[ti])
+	}
+	return p, nil
+}
+
+// connRound runs one transport's round of the connection mode against a fresh server:
+// the warm-up connections, then the measured ones. Failed connections are counted, not
+// returned; the error is for a server that failed as a whole, or ctx ending.
+func (r *runner) connRound(ctx context.Context, t Transport) (ConnStats, *histogram, error) {
+	cc := r.cfg.Conn
+	ch, err := startChild(ctx, r.cfg.Server, serverArgs(t.Name, r.serverCPU, true))
+	if err != nil {
+		return ConnStats{}, nil, err
+	}
+	phase := connPhase{dial: t.Dial, mode: t.Mode, addr: ch.addr, workers: cc.Concurrency,
+		deadline: time.Now().Add(cc.limit())}
+	var total ConnStats
+	if cc.Warmup > 0 {
+		phase.n = cc.Warmup
+		ws, _, err := phase.run(ctx)
+		if err != nil {
+			ch.abort()
+			return ConnStats{}, nil, err
+		}
+		ws.ElapsedNS = 0
+		addConnStats(&total, ws)
+	}
+	phase.first, phase.n = uint64(cc.Warmup), cc.Conns
+	ms, h, err := phase.run(ctx)
+	if err != nil {
+		ch.abort()
+		return ConnStats{}, nil, err
+	}
+	addConnStats(&total, ms)
+	finishConnStats(&total, h)
+	srv, err := ch.stopConns(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ConnStats{}, nil, context.Cause(ctx)
+		}
+		return ConnStats{}, nil, fmt.Errorf("server: %w", err)
+	}
+	total.Server = srv
+	return total, h, nil
 }
 
 // blame combines the errors of both sides, leading with the likely cause: a mismatch or
