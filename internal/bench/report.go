@@ -21,7 +21,15 @@ func (r *Results) WriteText(w io.Writer) error {
 	if len(r.Stream) > 0 {
 		r.writeStream(bw)
 	}
-	r.writeLegend(bw)
+	if len(r.Latency)+len(r.Stream) > 0 {
+		r.writeLegend(bw)
+	}
+	if r.Conns != nil {
+		r.writeConns(bw)
+	}
+	if r.Overload != nil {
+		r.writeOverload(bw)
+	}
 	return bw.Flush()
 }
 
@@ -44,17 +52,28 @@ func (r *Results) writeHeader(w io.Writer) {
 	field("machine", "%s, %s, GOMAXPROCS %d", machine, m.GoVersion, m.GOMAXPROCS)
 	field("method", "client and server are separate processes, a fresh server per measurement;")
 	field("", "every payload byte is verified by its receiver;")
-	each := fmt.Sprintf("each point: %v warm-up, then %v measured", time.Duration(s.WarmupNS), time.Duration(s.DurationNS))
-	if s.Rounds == 1 {
-		field("", "%s; transports take turns", each)
-	} else {
-		field("", "%s, %d rounds; transports take turns,", each, s.Rounds)
-		field("", "each round starting with the next one")
+	messages := len(r.Latency)+len(r.Stream) > 0
+	switch {
+	case messages:
+		each := fmt.Sprintf("each point: %v warm-up, then %v measured", time.Duration(s.WarmupNS), time.Duration(s.DurationNS))
+		if s.Rounds == 1 {
+			field("", "%s; transports take turns", each)
+		} else {
+			field("", "%s, %d rounds; transports take turns,", each, s.Rounds)
+			field("", "each round starting with the next one")
+		}
+	case s.Rounds == 1:
+		field("", "transports take turns")
+	default:
+		field("", "%d rounds; transports take turns, each round starting with the next one", s.Rounds)
 	}
 	if s.Pinned {
 		field("pinning", "client on CPU %d, server on CPU %d (sched_setaffinity)", s.ClientCPU, s.ServerCPU)
 	} else {
 		field("pinning", "none: the scheduler places client and server")
+	}
+	if !messages {
+		return
 	}
 	if r.Floors.CacheLineRTTNS > 0 {
 		field("floors", "cache-line ping-pong %s µs round trip (%s);", micros(r.Floors.CacheLineRTTNS), r.Floors.CacheLineNote)
@@ -269,6 +288,12 @@ func humanSize(n int) string {
 	}
 	return strconv.Itoa(n) + " B"
 }
+
+// millis writes nanoseconds as milliseconds with two decimals.
+func millis(ns float64) string { return group(fmt.Sprintf("%.2f", ns/1e6)) }
+
+// count writes an integer with thousands separators.
+func count[T ~int | ~int64 | ~uint64](n T) string { return group(strconv.FormatInt(int64(n), 10)) }
 
 // micros writes nanoseconds as microseconds with two decimals, or three below 1 µs.
 func micros(ns float64) string {
