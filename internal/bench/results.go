@@ -252,3 +252,20 @@ func ReadJSON(rd io.Reader) (*Results, error) {
 	}
 	return &r, nil
 }
+
+// FailedConns counts what makes the connection mode unhealthy: connections that failed
+// or were skipped at the client, and connections the server saw fail. The overload mode
+// is not counted: failures are part of what it shows.
+func (r *Results) FailedConns() uint64 {
+	if r.Conns == nil {
+		return 0
+	}
+	var n uint64
+	for _, res := range r.Conns.Results {
+		n += res.Failed + res.Skipped
+		if res.Server != nil {
+			n += res.Server.Failed
+		}
+	}
+	return n
+}
