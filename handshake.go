@@ -230,14 +230,13 @@ func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 		if err := dev.QueryRemoteGID(peer); err != nil {
 			return h.decline(clc.DeclNoSMCD2Dev)
 		}
-		if h.group, err = groups.Create(peer, smcd.RoleClient, acc.LinkID); err != nil {
-			return h.decline(clc.DeclIntErr)
-		}
-	} else if h.group = groups.Find(peer, smcd.RoleClient); h.group == nil || h.group.ID() != acc.LinkID {
-		// The server reuses a link group we do not have: out of sync (SYNCERR makes the
-		// server terminate it).
-		h.group = nil
-		return h.decline(clc.DeclSyncErr)
+	}
+	// The server's group id, found or created in one step: a concurrent handshake of
+	// ours with the same server may see its Accept first (the kernel serialises client
+	// first contacts instead). A different id than a group we already have means the
+	// server started a new group: the new one replaces ours.
+	if h.group, _, err = groups.FindOrCreate(peer, smcd.RoleClient, acc.LinkID); err != nil {
+		return h.decline(clc.DeclIntErr)
 	}
 	if code := h.registerDMB(); code != 0 {
 		return h.decline(code)
@@ -296,13 +295,9 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 		return h.decline(code)
 	}
 	dev := cfg.device
-	groups := linkGroups(dev)
-	first := false
-	if h.group = groups.Find(peer, smcd.RoleServer); h.group == nil {
-		first = true
-		if h.group, err = groups.Create(peer, smcd.RoleServer, [4]byte{}); err != nil {
-			return h.decline(clc.DeclIntErr)
-		}
+	var first bool
+	if h.group, first, err = linkGroups(dev).FindOrCreate(peer, smcd.RoleServer, [4]byte{}); err != nil {
+		return h.decline(clc.DeclIntErr)
 	}
 	if code := h.registerDMB(); code != 0 {
 		return h.decline(code)

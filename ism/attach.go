@@ -100,13 +100,27 @@ func (d *Device) acceptLoop() {
 }
 
 // serve answers one peer device's requests until it hangs up or sends garbage.
+//
+// Each peer device keeps one connection to us for as long as it lives, so the end of
+// that connection is the peer device going away: like an ISM GID event, it is reported
+// to the event handler as EventPeerGone, and our own connection to that device is
+// dropped.
 func (d *Device) serve(c *net.UnixConn) {
 	defer d.wg.Done()
+	var from GID
 	defer func() {
 		d.mu.Lock()
 		delete(d.serving, c)
+		closed := d.closed
+		h := d.onEvent
 		d.mu.Unlock()
 		c.Close()
+		if !closed && !from.IsZero() {
+			d.dropPeer(from)
+			if h != nil {
+				h(from, EventPeerGone, 0)
+			}
+		}
 	}()
 	buf := make([]byte, wireLen+1)
 	for {
@@ -118,9 +132,23 @@ func (d *Device) serve(c *net.UnixConn) {
 		if err != nil {
 			return
 		}
+		if from.IsZero() {
+			from = req.from
+		}
 		if err := d.answer(c, req); err != nil {
 			return
 		}
+	}
+}
+
+// dropPeer closes and forgets our connection to the device g.
+func (d *Device) dropPeer(g GID) {
+	d.mu.Lock()
+	p := d.peers[g]
+	delete(d.peers, g)
+	d.mu.Unlock()
+	if p != nil {
+		p.close()
 	}
 }
 
@@ -228,6 +256,11 @@ func (d *Device) roundTrip(g GID, req wireMsg, maxFds int) (wireMsg, []int, erro
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
 		if err := p.dialLocked(g); err != nil {
+			d.mu.Lock()
+			if d.peers[g] == p {
+				delete(d.peers, g) // the device is gone: keep no entry for it
+			}
+			d.mu.Unlock()
 			return wireMsg{}, nil, err
 		}
 		rep, fds, err := exchange(p.c, req, maxFds)
@@ -291,6 +324,9 @@ const (
 	// EventShutdown: the sender terminated a link group with us (info = link group id
 	// and the sender's role), so we terminate ours too.
 	EventShutdown = 0x80
+	// EventPeerGone is raised locally (never sent) when a peer device's connection to
+	// us ends: the device, and so its process, is gone (an ISM GID event).
+	EventPeerGone = 0x100
 )
 
 // SetEventHandler installs the function called (on the device's serving goroutine) for

@@ -329,6 +329,10 @@ func NewGroups(dev *ism.Device) *Groups {
 // event handles a peer's software event: SHUTDOWN of a link group terminates our side
 // of it (the peer's client group is our server group and vice versa).
 func (t *Groups) event(from ism.GID, code uint32, info uint64) {
+	if code == ism.EventPeerGone {
+		t.TerminatePeer(from)
+		return
+	}
 	if code != ism.EventShutdown {
 		return
 	}
@@ -350,29 +354,55 @@ func (t *Groups) Find(peer ism.GID, role Role) *LinkGroup {
 	return t.groups[groupKey{peer, role}]
 }
 
+// FindOrCreate returns the live link group with peer in role if there is one and (for a
+// non-zero id) its id is id; otherwise it creates one with id (random for a zero id: the
+// server side). Find and create are one step, so concurrent first contacts agree on one
+// group. created reports a new group.
+func (t *Groups) FindOrCreate(peer ism.GID, role Role, id [4]byte) (g *LinkGroup, created bool, err error) {
+	return t.create(peer, role, id, true)
+}
+
 // Create makes a new link group with peer in role, replacing any older one (which
 // keeps serving its connections). A zero id is chosen at random (server side).
 func (t *Groups) Create(peer ism.GID, role Role, id [4]byte) (*LinkGroup, error) {
-	if id == [4]byte{} {
-		for id == [4]byte{} {
-			if _, err := rand.Read(id[:]); err != nil {
-				return nil, err
-			}
+	g, _, err := t.create(peer, role, id, false)
+	return g, err
+}
+
+func (t *Groups) create(peer ism.GID, role Role, id [4]byte, reuse bool) (*LinkGroup, bool, error) {
+	k := groupKey{peer, role}
+	matches := func(g *LinkGroup) bool { return g != nil && (id == [4]byte{} || g.id == id) }
+	if reuse {
+		t.mu.Lock()
+		g := t.groups[k]
+		t.mu.Unlock()
+		if matches(g) {
+			return g, false, nil
+		}
+	}
+	newID := id
+	for newID == [4]byte{} {
+		if _, err := rand.Read(newID[:]); err != nil {
+			return nil, false, err
 		}
 	}
 	g := &LinkGroup{
-		dev: t.dev, peer: peer, role: role, id: id, table: t,
+		dev: t.dev, peer: peer, role: role, id: newID, table: t,
 		free: make(map[int][]*ism.DMB), remotes: make(map[uint64]*remoteDMB),
 	}
 	t.mu.Lock()
-	old := t.groups[groupKey{peer, role}]
-	t.groups[groupKey{peer, role}] = g
+	old := t.groups[k]
+	if reuse && matches(old) { // another first contact won the race
+		t.mu.Unlock()
+		return old, false, nil
+	}
+	t.groups[k] = g
 	t.mu.Unlock()
 	if old != nil {
 		old.retire() // its connections keep their buffers until they close
 	}
 	bufStats.lgrs.Add(1)
-	return g, nil
+	return g, true, nil
 }
 
 func (t *Groups) remove(g *LinkGroup) {

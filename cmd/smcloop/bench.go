@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/internal/bench"
 	"github.com/urfave/cli/v2"
 )
@@ -17,7 +18,7 @@ const benchServerName = "bench-server"
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "compare transports: ping-pong latency and stream throughput, like qperf and sockperf",
+		Usage: "compare transports: latency, throughput and short-lived connections, like qperf, sockperf and wrk",
 		Description: `Each measurement runs the client in this process and a server in a child process
 (this binary, re-executed), warms up, then measures for a fixed duration. Transports
 take turns within every point, and ratio columns compare each with the baseline (tcp).
@@ -25,11 +26,32 @@ Every payload byte is verified by its receiver. Without options the run takes ab
 minute.
 
 Sizes are comma-separated: 14,1K,64000,1M, or ranges start:end:*N or start:end:+N
-(1:64K:*2 is 1, 2, 4, ... 64K).`,
+(1:64K:*2 is 1, 2, 4, ... 64K).
+
+--mode conn makes --conns short-lived connections per transport, --concurrency at a
+time: dial, a 64-byte request, a 64-byte answer, the server closes (wrk -H 'Connection:
+Close'). It reports connections/s, failed connections (a healthy run has none; the
+command then exits with status 1), connection times and, for smcloop, how many used SMC
+and how many fell back to TCP. The -slowhs transports delay every server handshake by
+` + slowHandshake.String() + ` so that handshakes congest, without and with handshake limitation.
+Default transports: ` + strings.Join(bench.DefaultConnTransports, ",") + `.
+
+--mode overload holds --stalls handshakes open at the server (clients that connect and
+never send their proposal) and meanwhile makes short-lived connections, plain TCP
+clients first and then the transport's own, for at most --overload-time each.
+Default servers: ` + strings.Join(bench.DefaultOverloadTransports, ",") + `.
+
+--mode all runs ping-pong, stream, conn and overload, each with its own default
+transports unless --transports names them (the default shown is ping-pong's and stream's).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "transports", Aliases: []string{"t"}, Value: strings.Join(bench.Defaults(), ","),
 				Usage: "transports to compare, comma-separated (known: " + strings.Join(bench.Registered(), ", ") + ")"},
-			&cli.StringFlag{Name: "mode", Value: "both", Usage: "lat (ping-pong latency), bw (stream throughput) or both"},
+			&cli.StringFlag{Name: "mode", Value: "both",
+				Usage: "lat (ping-pong latency), bw (stream throughput), both, conn (short-lived connections), overload (stalled handshakes) or all"},
+			&cli.IntFlag{Name: "conns", Value: 10000, Usage: "conn and overload modes: connections per transport and round"},
+			&cli.IntFlag{Name: "concurrency", Value: 256, Usage: "conn and overload modes: connections in progress at once"},
+			&cli.IntFlag{Name: "stalls", Value: 2 * smcloop.DefaultHandshakeWorkers, Usage: "overload mode: handshakes held open"},
+			&cli.DurationFlag{Name: "overload-time", Value: bench.DefaultOverloadLimit, Usage: "overload mode: time limit per client kind"},
 			&cli.StringFlag{Name: "lat-sizes", Value: "14,1K,16K,64K", Usage: "ping-pong message sizes"},
 			&cli.StringFlag{Name: "bw-sizes", Value: "64,1K,16K,64000,256K", Usage: "stream message sizes"},
 			&cli.DurationFlag{Name: "duration", Aliases: []string{"d"}, Value: time.Second, Usage: "measured time per point, transport and round"},
@@ -46,7 +68,7 @@ Sizes are comma-separated: 14,1K,64000,1M, or ranges start:end:*N or start:end:+
 func benchServerCommand() *cli.Command {
 	return &cli.Command{
 		Name:            benchServerName,
-		Usage:           "serve one benchmark connection (started by smcloop bench)",
+		Usage:           "serve benchmark connections (started by smcloop bench)",
 		Hidden:          true,
 		SkipFlagParsing: true,
 		Action: func(c *cli.Context) error {
@@ -59,25 +81,71 @@ func runBench(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return fmt.Errorf("bench: unexpected arguments %q", c.Args().Slice())
 	}
-	transports, err := bench.Resolve(splitList(c.String("transports")))
-	if err != nil {
-		return err
-	}
-	var latSizes, bwSizes []int
 	mode := c.String("mode")
+	var lat, bw, conn, overload bool
 	switch mode {
-	case "lat", "bw", "both":
+	case "lat":
+		lat = true
+	case "bw":
+		bw = true
+	case "both":
+		lat, bw = true, true
+	case "conn":
+		conn = true
+	case "overload":
+		overload = true
+	case "all":
+		lat, bw, conn, overload = true, true, true, true
 	default:
-		return fmt.Errorf("--mode %q: want lat, bw or both", mode)
+		return fmt.Errorf("--mode %q: want lat, bw, both, conn, overload or all", mode)
 	}
-	if mode != "bw" {
+	// The transports of each part: the ones named, else the part's defaults.
+	transportsFor := func(defaults []string) ([]bench.Transport, error) {
+		names := splitList(c.String("transports"))
+		if !c.IsSet("transports") {
+			names = bench.Available(defaults)
+		}
+		return bench.Resolve(names)
+	}
+	var transports []bench.Transport
+	var latSizes, bwSizes []int
+	var err error
+	if lat || bw {
+		if transports, err = transportsFor(bench.DefaultTransports); err != nil {
+			return err
+		}
+	}
+	if lat {
 		if latSizes, err = bench.ParseSizes(c.String("lat-sizes")); err != nil {
 			return fmt.Errorf("--lat-sizes: %w", err)
 		}
 	}
-	if mode != "lat" {
+	if bw {
 		if bwSizes, err = bench.ParseSizes(c.String("bw-sizes")); err != nil {
 			return fmt.Errorf("--bw-sizes: %w", err)
+		}
+	}
+	var connCfg *bench.ConnConfig
+	if conn {
+		ts, err := transportsFor(bench.DefaultConnTransports)
+		if err != nil {
+			return err
+		}
+		n, conc := c.Int("conns"), c.Int("concurrency")
+		// The warm-up lets each server start its goroutines and buffers: one
+		// connection per concurrent client.
+		connCfg = &bench.ConnConfig{Transports: ts, Conns: n, Warmup: min(n, conc), Concurrency: conc}
+	}
+	var overloadCfg *bench.OverloadConfig
+	if overload {
+		ts, err := transportsFor(bench.DefaultOverloadTransports)
+		if err != nil {
+			return err
+		}
+		overloadCfg = &bench.OverloadConfig{Transports: ts, Stalls: c.Int("stalls"), Conns: c.Int("conns"),
+			Concurrency: c.Int("concurrency"), Limit: c.Duration("overload-time")}
+		if overloadCfg.Limit <= 0 {
+			return fmt.Errorf("--overload-time %v: must be positive", overloadCfg.Limit)
 		}
 	}
 	exe, err := os.Executable()
@@ -96,9 +164,15 @@ func runBench(c *cli.Context) error {
 		Server: func(args []string) *exec.Cmd {
 			return exec.Command(exe, append([]string{benchServerName}, args...)...)
 		},
-		Command: append([]string{"smcloop"}, os.Args[1:]...),
+		Command:  append([]string{"smcloop"}, os.Args[1:]...),
+		Conn:     connCfg,
+		Overload: overloadCfg,
 	}
-	progress := newProgress(os.Stderr, cfg.Warmup+cfg.Duration)
+	perStep := cfg.Warmup + cfg.Duration
+	if conn || overload {
+		perStep = 0 // connection rounds take as long as their connections do
+	}
+	progress := newProgress(os.Stderr, perStep)
 	cfg.Progress = progress.show
 	res, err := bench.Run(c.Context, cfg)
 	progress.clear()
@@ -108,13 +182,18 @@ func runBench(c *cli.Context) error {
 
 	jsonPath := c.String("json")
 	if jsonPath == "-" {
-		return res.WriteJSON(c.App.Writer)
+		err = res.WriteJSON(c.App.Writer)
+	} else {
+		err = res.WriteText(c.App.Writer)
+		if err == nil && jsonPath != "" {
+			err = writeJSONFile(jsonPath, res)
+		}
 	}
-	if err := res.WriteText(c.App.Writer); err != nil {
+	if err != nil {
 		return err
 	}
-	if jsonPath != "" {
-		return writeJSONFile(jsonPath, res)
+	if n := res.FailedConns(); n > 0 {
+		return fmt.Errorf("bench: the connection mode had %d failures (see the table)", n)
 	}
 	return nil
 }
@@ -157,6 +236,10 @@ func newProgress(f *os.File, perStep time.Duration) *progress {
 
 func (p *progress) show(step, steps int, what string) {
 	if p.tty == nil {
+		return
+	}
+	if p.perStep <= 0 {
+		fmt.Fprintf(p.tty, "\r\033[K[%d/%d] %s", step, steps, what)
 		return
 	}
 	left := time.Duration(steps-step+1) * p.perStep

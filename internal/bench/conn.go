@@ -17,7 +17,7 @@ import (
 // every connection is set up, carries one request and one answer, and is closed.
 //
 // The request is connMsgLen bytes, client to server: the connection's sequence number
-// (8 bytes, big-endian) and the pattern message of that number. The server verifies it,
+// (8 bytes, big-endian) and a payload made from it (appendConnRequest). The server verifies it,
 // answers with its bitwise complement (so an echo cannot pass), and closes the connection
 // at once; the client verifies the answer, reads until the end of the stream and closes
 // too. The server closing first leaves TIME_WAIT with the server's side of each
@@ -31,15 +31,23 @@ const (
 	DefaultConnLimit = 2 * time.Minute
 	// connErrorsKept is how many failure texts are kept per measurement.
 	connErrorsKept = 5
+	// maxFallbackModes is how many distinct fallback modes are counted.
+	maxFallbackModes = 30
 )
 
 // connPattern is the payload source of requests: one pattern for the whole process.
 var connPattern = sync.OnceValue(func() *pattern { return newPattern(connMsgLen - connSeqLen) })
 
-// appendConnRequest appends the request of connection seq to b.
+// appendConnRequest appends the request of connection seq to b. The payload is the
+// pattern message of seq with seq's bytes folded in (byte j xor byte j%8 of seq), so that
+// every bit of the sequence number shows in the payload: a corrupted sequence number
+// cannot pass for another connection's request.
 func appendConnRequest(b []byte, seq uint64) []byte {
 	b = binary.BigEndian.AppendUint64(b, seq)
-	return append(b, connPattern().message(seq)...)
+	for j, x := range connPattern().message(seq) {
+		b = append(b, x^byte(seq>>(8*(j%8))))
+	}
+	return b
 }
 
 // checkConnRequest verifies a request at the server and returns its sequence number.
@@ -83,6 +91,21 @@ type connTally struct {
 	attempted, succeeded                   atomic.Uint64
 	dial, io, mismatch, timedOut, smc, tcp atomic.Uint64
 	errs                                   errorList
+
+	modesMu sync.Mutex
+	modes   map[string]uint64 // fallback connections by mode
+}
+
+func (t *connTally) fellBack(desc string) {
+	t.tcp.Add(1)
+	t.modesMu.Lock()
+	defer t.modesMu.Unlock()
+	if t.modes == nil {
+		t.modes = make(map[string]uint64)
+	}
+	if _, ok := t.modes[desc]; ok || len(t.modes) < maxFallbackModes {
+		t.modes[desc]++
+	}
 }
 
 func (t *connTally) fail(kind connFailure, err error) {
@@ -143,18 +166,21 @@ func (p connPhase) run(ctx context.Context) (ConnStats, *histogram, error) {
 		times = make([]time.Duration, p.n) // 0: failed or not made
 		wg    sync.WaitGroup
 	)
+	// The connections' own deadlines may fire a moment before pctx's: the clock decides
+	// whether the phase is over.
+	over := func() bool { return pctx.Err() != nil || !time.Now().Before(p.deadline) }
 	start := time.Now()
 	for range min(p.workers, p.n) {
 		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(p.n) || pctx.Err() != nil {
+				if i >= int64(p.n) || over() {
 					return
 				}
 				tally.attempted.Add(1)
 				d, kind, err := p.one(pctx, p.first+uint64(i), &tally)
 				if err != nil {
-					if pctx.Err() != nil {
+					if over() {
 						kind = failTimedOut
 						err = fmt.Errorf("%w (cut off by the time limit)", err)
 					}
@@ -187,6 +213,7 @@ func (p connPhase) run(ctx context.Context) (ConnStats, *histogram, error) {
 		ModeKnown:      p.mode != nil,
 		SMC:            tally.smc.Load(),
 		Fallback:       tally.tcp.Load(),
+		FallbackModes:  tally.modes,
 		Errors:         tally.errs.list(),
 	}
 	s.Failed = s.FailedDial + s.FailedIO + s.FailedMismatch + s.TimedOut
@@ -214,10 +241,10 @@ func (p connPhase) one(ctx context.Context, seq uint64, tally *connTally) (time.
 		return 0, failDial, fmt.Errorf("connection %d: dial: %w", seq, err)
 	}
 	if p.mode != nil {
-		if smc, _ := p.mode(conn); smc {
+		if smc, desc := p.mode(conn); smc {
 			tally.smc.Add(1)
 		} else {
-			tally.tcp.Add(1)
+			tally.fellBack(desc)
 		}
 	}
 	kind, err := exchangeConn(ctx, conn, seq, deadline)
@@ -279,6 +306,14 @@ func addConnStats(s *ConnStats, o ConnStats) {
 	s.ModeKnown = s.ModeKnown || o.ModeKnown
 	s.SMC += o.SMC
 	s.Fallback += o.Fallback
+	for m, n := range o.FallbackModes {
+		if s.FallbackModes == nil {
+			s.FallbackModes = make(map[string]uint64)
+		}
+		if _, ok := s.FallbackModes[m]; ok || len(s.FallbackModes) < maxFallbackModes {
+			s.FallbackModes[m] += n
+		}
+	}
 	for _, e := range o.Errors {
 		if len(s.Errors) < connErrorsKept {
 			s.Errors = append(s.Errors, e)
@@ -309,6 +344,9 @@ func (s *ServerConnStats) add(o *ServerConnStats) {
 	s.Idle += o.Idle
 	s.Failed += o.Failed
 	s.Cut += o.Cut
+	s.PeakHandshaking = max(s.PeakHandshaking, o.PeakHandshaking)
+	s.PeakPending = max(s.PeakPending, o.PeakPending)
+	s.PeakSamples += o.PeakSamples
 	for _, e := range o.Errors {
 		if len(s.Errors) < connErrorsKept {
 			s.Errors = append(s.Errors, e)
@@ -470,4 +508,53 @@ func (s *connServer) stop(drain time.Duration) ServerConnStats {
 	st := s.stats
 	st.Errors = s.errs.list()
 	return st
+}
+
+// connSampleEvery is how often the listener's gauges are read during a measurement.
+const connSampleEvery = 50 * time.Millisecond
+
+// gaugeSampler reads a server child's listener gauges while connections are measured.
+type gaugeSampler struct {
+	stop chan struct{}
+	done chan struct{}
+	peak ServerConnStats // PeakHandshaking, PeakPending, PeakSamples
+	err  error           // the child is gone after an error
+}
+
+// sampleGauges starts reading ch's listener gauges every connSampleEvery until end is
+// called. The child must not be sent other commands meanwhile.
+func sampleGauges(ctx context.Context, ch *child) *gaugeSampler {
+	g := &gaugeSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		tick := time.NewTicker(connSampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-g.stop:
+				return
+			case <-tick.C:
+			}
+			st, err := ch.listenerStats(ctx)
+			if err != nil {
+				g.err = err
+				return
+			}
+			if st == nil {
+				return // the transport has no counters
+			}
+			g.peak.PeakSamples++
+			g.peak.PeakHandshaking = max(g.peak.PeakHandshaking, st.HandshakingNow)
+			g.peak.PeakPending = max(g.peak.PeakPending, st.PendingNow)
+		}
+	}()
+	return g
+}
+
+// end stops the sampling and returns the peaks and the error that ended it early, if any
+// (after which the child has been killed and reaped).
+func (g *gaugeSampler) end() (ServerConnStats, error) {
+	close(g.stop)
+	<-g.done
+	return g.peak, g.err
 }

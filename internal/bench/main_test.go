@@ -40,6 +40,9 @@ func registerTestTransports() {
 	for _, f := range flips {
 		Register(f.transport())
 	}
+	for _, t := range connTestTransports() {
+		Register(t)
+	}
 }
 
 // flip is TCP with one bit flipped in the byte at offset at of the stream the client

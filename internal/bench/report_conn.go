@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -26,7 +29,7 @@ func (r *Results) writeConns(w io.Writer) {
 	t.addColumn("smc/tcp")
 	t.addColumn("server smc/tcp")
 	t.addColumn("hs errs")
-	t.addColumn("congested")
+	t.addColumn("peak hs")
 	t.addColumn("withdrawn")
 	t.addColumn("vs " + base)
 	var baseRate float64
@@ -53,6 +56,11 @@ func (r *Results) writeConns(w io.Writer) {
 	t.write(w, "  ")
 
 	fmt.Fprintln(w)
+	var fb []namedStats
+	for _, res := range p.Results {
+		fb = append(fb, namedStats{res.Transport, res.ConnStats})
+	}
+	writeFallbacks(w, fb)
 	var bad []ConnResult
 	for _, res := range p.Results {
 		if res.Failed+res.Skipped > 0 || (res.Server != nil && res.Server.Failed > 0) {
@@ -73,7 +81,8 @@ func (r *Results) writeConns(w io.Writer) {
 	fmt.Fprintf(w, "  p50/p99/max = time of one connection from the start of the dial to the end of the close;\n")
 	fmt.Fprintf(w, "  smc/tcp = connections that used shared memory / fell back to TCP, as the client saw them;\n")
 	fmt.Fprintf(w, "  server columns = the listener's counters: handshakes ending in SMC / TCP deliveries, failed\n")
-	fmt.Fprintf(w, "  handshakes, times handshakes became congested, times the SMC signal was withdrawn;\n")
+	fmt.Fprintf(w, "  handshakes, the most handshakes queued or running (sampled every %v while measuring;\n", connSampleEvery)
+	fmt.Fprintf(w, "  more than the listener's workers is congestion), times the SMC signal was withdrawn;\n")
 	fmt.Fprintf(w, "  vs %s = conns/s / conns/s of %s (above 1 is faster).\n", base, base)
 	if multi {
 		fmt.Fprintf(w, "  spread = half the range of conns/s across rounds, relative to the figure over all rounds.\n")
@@ -132,6 +141,13 @@ func (r *Results) writeOverload(w io.Writer) {
 	st.write(w, "  ")
 
 	fmt.Fprintln(w)
+	var fb []namedStats
+	for _, res := range p.Results {
+		if res.Native != nil {
+			fb = append(fb, namedStats{res.Transport + " clients", *res.Native})
+		}
+	}
+	writeFallbacks(w, fb)
 	var failures bool
 	for _, res := range p.Results {
 		for _, k := range []struct {
@@ -179,6 +195,34 @@ func writeFailures(w io.Writer, name string, s ConnStats, srv *ServerConnStats) 
 	}
 }
 
+type namedStats struct {
+	name string
+	s    ConnStats
+}
+
+// writeFallbacks writes, for each of ss that had fallbacks, how its connections fell
+// back: the count of each mode, most frequent first.
+func writeFallbacks(w io.Writer, ss []namedStats) {
+	t := newTable("-fallbacks (client)", "conns", "-mode")
+	for _, ns := range ss {
+		modes := slices.Collect(maps.Keys(ns.s.FallbackModes))
+		slices.SortFunc(modes, func(a, b string) int {
+			return cmp.Or(cmp.Compare(ns.s.FallbackModes[b], ns.s.FallbackModes[a]), strings.Compare(a, b))
+		})
+		for i, m := range modes {
+			name := ""
+			if i == 0 {
+				name = ns.name
+			}
+			t.add(name, count(ns.s.FallbackModes[m]), m)
+		}
+	}
+	if len(t.rows) > 0 {
+		t.write(w, "  ")
+		fmt.Fprintln(w)
+	}
+}
+
 // rate writes a per-second figure without decimals.
 func rate(x float64) string { return group(fmt.Sprintf("%.0f", x)) }
 
@@ -206,12 +250,16 @@ func splitCell(s ConnStats) string {
 	return count(s.SMC) + "/" + count(s.Fallback)
 }
 
-// listenerCells writes the server's SMC/TCP split, failed handshakes, congestions and
-// withdrawals, or dashes for transports without listener counters.
+// listenerCells writes the server's SMC/TCP split, failed handshakes, peak handshakes in
+// progress and withdrawals, or dashes for transports without listener counters.
 func listenerCells(srv *ServerConnStats) []string {
 	if srv == nil || srv.Listener == nil {
 		return []string{"-", "-", "-", "-"}
 	}
 	l := srv.Listener
-	return []string{count(l.SMC) + "/" + count(l.Fallback), count(l.HandshakeErrs), count(l.Congested), count(l.Withdrawn)}
+	peak := "-"
+	if srv.PeakSamples > 0 {
+		peak = count(srv.PeakHandshaking)
+	}
+	return []string{count(l.SMC) + "/" + count(l.Fallback), count(l.HandshakeErrs), peak, count(l.Withdrawn)}
 }

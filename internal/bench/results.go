@@ -169,10 +169,13 @@ type ConnStats struct {
 	Skipped uint64 `json:"skipped"`
 	// SMC and Fallback split the dialed connections by what the client saw, for
 	// transports that can fall back (ModeKnown).
-	ModeKnown bool     `json:"mode_known"`
-	SMC       uint64   `json:"smc"`
-	Fallback  uint64   `json:"fallback"`
-	Errors    []string `json:"errors,omitempty"` // the first few failures
+	ModeKnown bool   `json:"mode_known"`
+	SMC       uint64 `json:"smc"`
+	Fallback  uint64 `json:"fallback"`
+	// FallbackModes counts the connections that fell back by their mode, which names
+	// the reasons (smcss's Mode column: "TCP 0x03010000/0x00000000 (...)").
+	FallbackModes map[string]uint64 `json:"fallback_modes,omitempty"`
+	Errors        []string          `json:"errors,omitempty"` // the first few failures
 	// ElapsedNS is the wall time of the measured connections; ConnsPerSec counts the
 	// successful ones in it; Time is the time of each, from the start of the dial to the
 	// end of the close.
@@ -195,6 +198,12 @@ type ServerConnStats struct {
 	// Listener holds the listener's counters, read after it closed, for transports
 	// that report them.
 	Listener *ListenerStats `json:"listener,omitempty"`
+	// PeakHandshaking and PeakPending are the largest handshakes-in-progress and
+	// backlog gauges of the listener seen while the connections were measured, sampled
+	// every connSampleEvery (PeakSamples readings; 0 if the transport has no counters).
+	PeakHandshaking int    `json:"peak_handshaking"`
+	PeakPending     int    `json:"peak_pending"`
+	PeakSamples     uint64 `json:"peak_samples"`
 }
 
 // OverloadPoint holds the overload results (seed 003's overload case): while Stalls

@@ -107,8 +107,10 @@ func (c *Config) validate() error {
 	case c.Server == nil:
 		return errors.New("no server command")
 	}
-	if err := checkTransports(c.Transports); err != nil {
-		return err
+	if c.messages() {
+		if err := checkTransports(c.Transports); err != nil {
+			return err
+		}
 	}
 	for _, n := range slices.Concat(c.LatSizes, c.BWSizes) {
 		if n < 1 || n > MaxSize {
@@ -516,10 +518,17 @@ func (r *runner) connRound(ctx context.Context, t Transport) (ConnStats, *histog
 		addConnStats(&total, ws)
 	}
 	phase.first, phase.n = uint64(cc.Warmup), cc.Conns
+	gauges := sampleGauges(ctx, ch)
 	ms, h, err := phase.run(ctx)
-	if err != nil {
+	peak, gerr := gauges.end()
+	switch {
+	case err != nil && gerr != nil:
+		return ConnStats{}, nil, err
+	case err != nil:
 		ch.abort()
 		return ConnStats{}, nil, err
+	case gerr != nil:
+		return ConnStats{}, nil, fmt.Errorf("server: %w", gerr)
 	}
 	addConnStats(&total, ms)
 	finishConnStats(&total, h)
@@ -530,6 +539,7 @@ func (r *runner) connRound(ctx context.Context, t Transport) (ConnStats, *histog
 		}
 		return ConnStats{}, nil, fmt.Errorf("server: %w", err)
 	}
+	srv.PeakHandshaking, srv.PeakPending, srv.PeakSamples = peak.PeakHandshaking, peak.PeakPending, peak.PeakSamples
 	total.Server = srv
 	return total, h, nil
 }

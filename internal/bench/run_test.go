@@ -192,7 +192,8 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("Defaults() = %v, want %v", got, want)
 	}
 	_, err := Resolve([]string{"tcp", "smcd"})
-	if err == nil || !strings.Contains(err.Error(), "known: tcp, tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, unix") {
+	if err == nil || !strings.Contains(err.Error(), "known: tcp, tcp-corrupt-answers, tcp-corrupt-requests, tcp-counted, tcp-fallback, "+
+		"tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, unix") {
 		t.Errorf("Resolve with an unknown name: %v", err)
 	}
 	if _, err := Resolve([]string{"tcp", "tcp"}); err == nil {

@@ -1,0 +1,435 @@
+package ism
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smcloop/smcloop/shm"
+	"golang.org/x/sys/unix"
+)
+
+// Scripted-peer tests: a fake device (or a fake client) speaks the device protocol by
+// hand, so each test controls exactly what the real device receives.
+
+func TestWireLayout(t *testing.T) {
+	m := wireMsg{op: opAttach, token: 0x0102030405060708, size: 0x11223344, from: GID{0xA1A2A3A4A5A6A7A8, 0xB1B2B3B4B5B6B7B8}}
+	b := m.marshal()
+	want := []byte{
+		0x44, 0x43, 0x4d, 0x53, // magic "SMCD" as a little-endian u32
+		0x01, 0x00, // version 1
+		0x02, 0x00, // op attach
+		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // token
+		0x44, 0x33, 0x22, 0x11, // size
+		0, 0, 0, 0, // reserved
+		0xA8, 0xA7, 0xA6, 0xA5, 0xA4, 0xA3, 0xA2, 0xA1, // sender GID
+		0xB8, 0xB7, 0xB6, 0xB5, 0xB4, 0xB3, 0xB2, 0xB1, // sender GID extension
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("marshal =\n% x\nwant\n% x", b, want)
+	}
+	got, err := parseWire(b)
+	if err != nil || got != m {
+		t.Fatalf("parseWire(marshal(m)) = %+v, %v; want %+v", got, err, m)
+	}
+	for _, bad := range [][]byte{
+		nil,
+		b[:wireLen-1],
+		append(append([]byte{}, b...), 0),
+		func() []byte { c := bytes.Clone(b); c[0] ^= 1; return c }(), // magic
+		func() []byte { c := bytes.Clone(b); c[4] = 2; return c }(),  // version
+	} {
+		if _, err := parseWire(bad); err == nil {
+			t.Errorf("parseWire(% x) accepted", bad)
+		}
+	}
+}
+
+func FuzzParseWire(f *testing.F) {
+	f.Add(wireMsg{op: opQuery}.marshal())
+	f.Add(wireMsg{op: opAttach, token: 7, size: MinDMBSize, from: GID{1, 2}}.marshal())
+	f.Add([]byte("SMCD"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := parseWire(b)
+		if err != nil {
+			return
+		}
+		// Whatever parses re-encodes to the same bytes, the reserved word aside.
+		again := m.marshal()
+		c := bytes.Clone(b)
+		binary.LittleEndian.PutUint32(c[20:], 0)
+		if !bytes.Equal(again, c) {
+			t.Fatalf("parse then marshal of % x gave % x", b, again)
+		}
+	})
+}
+
+// fakeDevice listens on the socket of a made-up GID and answers each request with
+// whatever reply returns: the message bytes and the fds to attach (not closed).
+type fakeDevice struct {
+	gid     GID
+	ln      *net.UnixListener
+	wg      sync.WaitGroup // accept loop and connections
+	connWG  sync.WaitGroup // connections only
+	mu      sync.Mutex
+	conns   []*net.UnixConn
+	accepts int
+}
+
+func newFakeDevice(t *testing.T, reply func(req wireMsg) ([]byte, []int)) *fakeDevice {
+	t.Helper()
+	f := &fakeDevice{gid: GID{0xFA4E, uint64(time.Now().UnixNano())}}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: f.gid.socketName(), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ln = ln
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c)
+			f.accepts++
+			f.mu.Unlock()
+			f.wg.Add(1)
+			f.connWG.Add(1)
+			go func() {
+				defer f.wg.Done()
+				defer f.connWG.Done()
+				defer c.Close()
+				buf := make([]byte, 64)
+				for {
+					n, err := c.Read(buf)
+					if err != nil || n == 0 {
+						return
+					}
+					req, err := parseWire(buf[:n])
+					if err != nil {
+						return
+					}
+					msg, fds := reply(req)
+					if msg == nil {
+						continue // never answer
+					}
+					if err := shm.SendFds(c, msg, fds...); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *fakeDevice) acceptCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.accepts
+}
+
+func openTestDevice(t *testing.T) *Device {
+	t.Helper()
+	d, err := Open(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func countFDs(t *testing.T) int {
+	t.Helper()
+	n, err := shm.OpenFDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestQueryRefusesBadReplies(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply []byte
+		conns int // connections made: one, plus one redial for a broken exchange
+	}{
+		{"bad magic", func() []byte { b := wireMsg{op: statusOK}.marshal(); b[0] = 'X'; return b }(), 2},
+		{"short reply", wireMsg{op: statusOK}.marshal()[:20], 2},
+		{"status not OK", wireMsg{op: statusBadOp}.marshal(), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := openTestDevice(t)
+			f := newFakeDevice(t, func(wireMsg) ([]byte, []int) { return tc.reply, nil })
+			if err := d.QueryRemoteGID(f.gid); !errors.Is(err, ErrUnreachable) {
+				t.Fatalf("QueryRemoteGID = %v, want ErrUnreachable", err)
+			}
+			if got := f.acceptCount(); got != tc.conns {
+				t.Errorf("%d connections to the fake device, want %d", got, tc.conns)
+			}
+		})
+	}
+}
+
+// TestAttachRefusesHostileReplies: a device that answers an attach with the wrong kind of
+// descriptors, an unsealed memfd, a size that lies or a mismatched token is refused, and
+// every descriptor it sent is closed.
+func TestAttachRefusesHostileReplies(t *testing.T) {
+	const size = 32 << 10
+	good, err := shm.NewRegion("hostile-good", size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	small, err := shm.NewRegion("hostile-small", MinDMBSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	unsealed, err := unix.MemfdCreate("hostile-unsealed", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(unsealed)
+	if err := unix.Ftruncate(unsealed, size); err != nil {
+		t.Fatal(err)
+	}
+	bell, err := shm.NewDoorbell()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bell.Close()
+
+	ok := func(req wireMsg) []byte { return wireMsg{op: statusOK, token: req.token, size: req.size}.marshal() }
+	for _, tc := range []struct {
+		name   string
+		reply  func(req wireMsg) ([]byte, []int)
+		reason error // nil: any error
+	}{
+		{"eventfd for memory", func(r wireMsg) ([]byte, []int) { return ok(r), []int{bell.Fd(), bell.Fd(), bell.Fd()} }, shm.ErrNotMemfd},
+		{"unsealed memfd", func(r wireMsg) ([]byte, []int) { return ok(r), []int{unsealed, bell.Fd(), bell.Fd()} }, shm.ErrNotSealed},
+		{"memfd smaller than claimed", func(r wireMsg) ([]byte, []int) { return ok(r), []int{small.Fd(), bell.Fd(), bell.Fd()} }, shm.ErrSizeMismatch},
+		{"memfd for a data doorbell", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), good.Fd(), bell.Fd()} }, shm.ErrNotEventfd},
+		{"memfd for a space doorbell", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), bell.Fd(), good.Fd()} }, shm.ErrNotEventfd},
+		{"two fds", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), bell.Fd()} }, nil},
+		{"no fds", func(r wireMsg) ([]byte, []int) { return ok(r), nil }, nil},
+		{"other token", func(r wireMsg) ([]byte, []int) {
+			return wireMsg{op: statusOK, token: r.token + 1, size: r.size}.marshal(), []int{good.Fd(), bell.Fd(), bell.Fd()}
+		}, nil},
+		{"other size", func(r wireMsg) ([]byte, []int) {
+			return wireMsg{op: statusOK, token: r.token, size: r.size * 2}.marshal(), []int{good.Fd(), bell.Fd(), bell.Fd()}
+		}, nil},
+		{"NoDMB with fds", func(r wireMsg) ([]byte, []int) {
+			return wireMsg{op: statusNoDMB, token: r.token}.marshal(), []int{good.Fd(), bell.Fd(), bell.Fd()}
+		}, ErrNoDMB},
+		{"four fds", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), bell.Fd(), bell.Fd(), bell.Fd()} }, ErrUnreachable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := openTestDevice(t)
+			attaching := false
+			var mu sync.Mutex
+			f := newFakeDevice(t, func(req wireMsg) ([]byte, []int) {
+				mu.Lock()
+				defer mu.Unlock()
+				if req.op == opAttach && attaching {
+					return tc.reply(req)
+				}
+				return wireMsg{op: statusOK}.marshal(), nil
+			})
+			// Connect first, so the baseline counts the device-to-device connection.
+			if err := d.QueryRemoteGID(f.gid); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			attaching = true
+			mu.Unlock()
+			fds, err := shm.CountMappings("hostile-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := countFDs(t)
+			r, err := d.AttachDMB(f.gid, 0x1234, size)
+			if err == nil {
+				r.Detach()
+				t.Fatal("AttachDMB accepted the reply")
+			}
+			if tc.reason != nil && !errors.Is(err, tc.reason) {
+				t.Errorf("AttachDMB = %v, want %v", err, tc.reason)
+			}
+			// A broken exchange drops the connection (and the redialled one): once the
+			// fake device has seen both hang up, compare without the first.
+			if errors.Is(err, ErrUnreachable) {
+				f.connWG.Wait()
+				base -= 2
+			}
+			if got := countFDs(t); got != base {
+				t.Errorf("open fds %d -> %d: a received descriptor leaked", base, got)
+			}
+			if got, _ := shm.CountMappings("hostile-"); got != fds {
+				t.Errorf("mappings of the fake's memfds %d -> %d", fds, got)
+			}
+			if st := d.Stats(); st.AttachesMade != 0 {
+				t.Errorf("AttachesMade = %d after a refused attach", st.AttachesMade)
+			}
+		})
+	}
+}
+
+// TestHungPeerDevice: a device that accepts but never answers costs a bounded wait.
+func TestHungPeerDevice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the exchange timeout twice")
+	}
+	d := openTestDevice(t)
+	f := newFakeDevice(t, func(wireMsg) ([]byte, []int) { return nil, nil })
+	start := time.Now()
+	err := d.QueryRemoteGID(f.gid)
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("QueryRemoteGID of a mute device = %v, want ErrUnreachable", err)
+	}
+	if took < exchangeTimeout || took > 2*exchangeTimeout+5*time.Second {
+		t.Errorf("gave up after %v, want about %v (two attempts)", took, 2*exchangeTimeout)
+	}
+}
+
+// dialDevice connects to d's socket as a peer device would, by hand.
+func dialDevice(t *testing.T, d *Device) *net.UnixConn {
+	t.Helper()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: d.gid.socketName(), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func roundTripRaw(t *testing.T, c *net.UnixConn, req []byte) (wireMsg, error) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(req); err != nil {
+		return wireMsg{}, err
+	}
+	buf := make([]byte, 64)
+	n, fds, err := shm.RecvFds(c, buf, 3)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	if err != nil {
+		return wireMsg{}, err
+	}
+	return parseWire(buf[:n])
+}
+
+func TestDeviceAnswersRawRequests(t *testing.T) {
+	d := openTestDevice(t)
+	var events int
+	var mu sync.Mutex
+	d.SetEventHandler(func(GID, uint32, uint64) { mu.Lock(); events++; mu.Unlock() })
+
+	c := dialDevice(t, d)
+	rep, err := roundTripRaw(t, c, wireMsg{op: 99, from: GID{1, 1}}.marshal())
+	if err != nil || rep.op != statusBadOp {
+		t.Fatalf("unknown op: reply %+v, %v; want status %d", rep, err, statusBadOp)
+	}
+	// An event that names no sender is answered but not delivered.
+	rep, err = roundTripRaw(t, c, wireMsg{op: opEvent, size: EventShutdown}.marshal())
+	if err != nil || rep.op != statusOK {
+		t.Fatalf("event without sender: reply %+v, %v", rep, err)
+	}
+	mu.Lock()
+	if events != 0 {
+		t.Errorf("an event without a sender GID reached the handler")
+	}
+	mu.Unlock()
+	rep, err = roundTripRaw(t, c, wireMsg{op: opEvent, size: EventShutdown, from: GID{1, 1}}.marshal())
+	if err != nil || rep.op != statusOK {
+		t.Fatalf("event: reply %+v, %v", rep, err)
+	}
+	mu.Lock()
+	if events != 1 {
+		t.Errorf("handler saw %d events, want 1", events)
+	}
+	mu.Unlock()
+
+	// Garbage ends that connection only.
+	bad := wireMsg{op: opQuery}.marshal()
+	bad[5] = 9
+	if _, err := roundTripRaw(t, c, bad); err == nil {
+		t.Fatal("the device answered a message of another version")
+	}
+	c2 := dialDevice(t, d)
+	if rep, err := roundTripRaw(t, c2, wireMsg{op: opQuery}.marshal()); err != nil || rep.op != statusOK {
+		t.Fatalf("query after another peer's garbage: %+v, %v", rep, err)
+	}
+}
+
+// TestPeerThatNeverReadsDoesNotWedgeDevice: a peer device that sends attach requests and
+// never reads the replies must not stop the owner from using its own device.
+func TestPeerThatNeverReadsDoesNotWedgeDevice(t *testing.T) {
+	d, err := Open(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.RegisterDMB(MinDMBSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: d.gid.socketName(), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := wireMsg{op: opAttach, token: m.Token(), size: MinDMBSize, from: GID{1, 1}}.marshal()
+	c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+	sent := 0
+	for ; sent < 1_000_000; sent++ {
+		if _, err := c.Write(req); err != nil {
+			break
+		}
+	}
+	t.Logf("%d requests sent before the device stopped reading", sent)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Stats()
+		if m2, err := d.RegisterDMB(MinDMBSize); err == nil {
+			d.UnregisterDMB(m2)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Errorf("Stats/RegisterDMB blocked for 5s behind a peer that does not read its replies " +
+			"(the attach reply is sent while the device lock is held)")
+	}
+	c.Close() // lets the stuck reply fail, so the device can be closed
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("device still blocked after the peer hung up")
+	}
+	closed := make(chan struct{})
+	go func() { d.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close blocked")
+	}
+}
