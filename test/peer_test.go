@@ -44,6 +44,8 @@ func runPeer(role string, args []string) error {
 		return peerEcho()
 	case "script":
 		return peerScript()
+	case "interop":
+		return peerInterop(args)
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
