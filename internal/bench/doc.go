@@ -32,4 +32,22 @@
 //
 // Floors (copy() bandwidth and the cache-line ping-pong between two threads) are measured
 // in-process and printed beside the tables: they bound what any transport can reach.
+//
+// # Connection modes
+//
+// The short-lived connection mode (Config.Conn, seed 003's wrk -H 'Connection: Close')
+// starts a server child with --conns, which serves connections until told to stop: each
+// client connection is dial, a 64-byte request made from the connection's sequence number,
+// the server's verified answer (the request's complement), and close, the server closing
+// first. Many clients run at once; every failure (dial, I/O, a wrong byte, the time limit)
+// is counted with its first error texts, never fatal. The child reports what it served and,
+// for transports with the ListenerStats hook, its listener's counters; the Mode hook splits
+// the client's connections into shared memory and fallbacks.
+//
+// The overload mode (Config.Overload, seed 003's overload case) holds handshakes open at
+// such a server with clients from the Stall hook, and meanwhile measures plain TCP clients
+// and the transport's own clients against it.
+//
+// A --conns child takes commands on stdin, one a line: "stats" answers "STATS <json>"
+// (the listener's counters, or null), "stop" ends the service with "REPORT <json>".
 package bench

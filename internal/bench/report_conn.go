@@ -173,8 +173,8 @@ func (r *Results) writeOverload(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  stalled = handshakes queued or running at the server when the clients started (- : not reported);\n")
 	fmt.Fprintf(w, "  timed out = connections cut off by the time limit (counted in failed); skipped = not started;\n")
-	fmt.Fprintf(w, "  server counters cover the whole round: the stalling clients and both client kinds; the stalled\n")
-	fmt.Fprintf(w, "  handshakes end in hs errs when they time out or when the server stops;\n")
+	fmt.Fprintf(w, "  server counters cover the whole round, stalling clients included: stalled handshakes that\n")
+	fmt.Fprintf(w, "  time out, or are aborted when the server stops, count as hs errs;\n")
 	fmt.Fprintf(w, "  vs %s = conns/s / conns/s of plain tcp clients of %s.\n", base, base)
 }
 
