@@ -75,6 +75,7 @@ type Conn struct {
 	// The writer's doorbell has one waiter at a time: a Write waiting for space, or the
 	// flusher waiting to publish autocorked bytes. spaceTok is that right.
 	spaceTok       chan struct{}
+	wantSpace      atomic.Bool   // a Write waits for the flusher to hand the doorbell over
 	kick           chan struct{} // wakes the flusher
 	closing        chan struct{} // closed by Close
 	flusherStarted bool          // writeMu

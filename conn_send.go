@@ -225,8 +225,10 @@ func (c *Conn) takeSpaceBell() {
 		return
 	default:
 	}
+	c.wantSpace.Store(true)
 	c.link.WakeLocal()
 	c.spaceTok <- struct{}{}
+	c.wantSpace.Store(false)
 }
 
 // refreshTx validates the peer's consumer cursor (it may only advance over bytes we
@@ -391,7 +393,7 @@ func (c *Conn) flushHeld() {
 			return // a Write waits for space; it publishes everything when it wakes
 		}
 		c.link.Announce(smcd.WakeWriter)
-		if c.link.LoadPeerCons() == seen && !c.closed.Load() {
+		if c.link.LoadPeerCons() == seen && !c.closed.Load() && !c.wantSpace.Load() {
 			c.link.Wait(smcd.WakeWriter)
 		}
 		c.link.Retract(smcd.WakeWriter)

@@ -124,7 +124,7 @@ func (s *dialSignal) control(user net.Dialer) func(ctx context.Context, network,
 		if err != nil || !smc {
 			return err
 		}
-		e, err := presence.Register(presence.DialerName(port, dst))
+		e, err := presence.Register(presence.DialerName(port, dst), false)
 		if err != nil {
 			return nil // no signal, no CLC: the connection is plain TCP
 		}

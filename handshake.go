@@ -17,17 +17,50 @@ import (
 )
 
 // countingConn counts the bytes that cross the TCP connection, so a test (or a user) can
-// see that an SMC connection carried nothing but CLC messages on it.
+// see that an SMC connection carried nothing but CLC messages on it. pending holds bytes
+// the handshake read past its last CLC message; Read returns them first.
 type countingConn struct {
 	net.Conn
 	sent, recv atomic.Uint64
+	pending    []byte // set before the Conn is shared; then owned by its reader
 }
 
 func (c *countingConn) Read(b []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(b, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
 	n, err := c.Conn.Read(b)
 	c.recv.Add(uint64(n))
 	return n, err
 }
+
+// clcReader reads CLC messages with one read syscall each in the common case: the peer
+// sends nothing after a message until it hears back, so whatever the socket holds is
+// the message. Bytes beyond it (application data right after a decline) are handed to
+// the connection, not lost.
+type clcReader struct {
+	c    *countingConn
+	buf  [clc.MaxProposalLen + clc.HeaderLen]byte
+	r, w int
+}
+
+func (r *clcReader) Read(p []byte) (int, error) {
+	if r.r == r.w {
+		n, err := r.c.Read(r.buf[:])
+		if n == 0 {
+			return 0, err
+		}
+		r.r, r.w = 0, n
+	}
+	n := copy(p, r.buf[r.r:r.w])
+	r.r += n
+	return n, nil
+}
+
+// leftover returns the bytes read past the last message.
+func (r *clcReader) leftover() []byte { return append([]byte(nil), r.buf[r.r:r.w]...) }
 
 func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
@@ -55,6 +88,7 @@ type handshake struct {
 	cfg      *settings
 	side     string
 	ctx      context.Context
+	rd       clcReader
 	buf      [clc.MaxProposalLen]byte
 	version  uint8
 	group    *smcd.LinkGroup
@@ -99,7 +133,7 @@ func (h *handshake) send(b []byte) error {
 
 func (h *handshake) read(expect clc.MsgType) (clc.Message, error) {
 	h.arm()
-	_, raw, err := clc.ReadMsg(h.tcp, expect, h.buf[:])
+	_, raw, err := clc.ReadMsg(&h.rd, expect, h.buf[:])
 	if err != nil {
 		return nil, err
 	}
@@ -118,10 +152,11 @@ func (h *handshake) decline(code uint32) (*Conn, error) {
 // fallback finishes the handshake as plain TCP with the given reasons.
 func (h *handshake) fallback(local, peer uint32) *Conn {
 	h.tcp.SetDeadline(time.Time{})
+	h.tcp.pending = h.rd.leftover()
 	return &Conn{
 		tcp: h.tcp, cfg: h.cfg, net: "tcp", state: StateActive,
 		localReason: local, peerReason: peer,
-		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load(),
+		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
 	}
 }
 
@@ -139,11 +174,12 @@ func (h *handshake) established() (*Conn, error) {
 	}
 	l.Init()
 	h.tcp.SetDeadline(time.Time{})
+	h.tcp.pending = h.rd.leftover() // the monitor reports any as a protocol violation
 	c := &Conn{
 		tcp: h.tcp, cfg: h.cfg, net: "smcd", smc: true, link: l,
 		state:  StateActive,
 		rxSize: h.dmb.Size() - cdc.AreaSize, txSize: h.peerSize - cdc.AreaSize,
-		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load(),
+		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
 		monitorDone: make(chan struct{}),
 		spaceTok:    make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
@@ -195,6 +231,7 @@ func dmbeCode(size int) uint8 { return cdc.CompressSize(size, cdc.MaxSMCDBufCode
 // clientHandshake runs the client side (__smc_connect) over an established TCP conn.
 func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, error) {
 	h := &handshake{tcp: &countingConn{Conn: tcp}, cfg: cfg, side: "client", ctx: ctx, version: clc.V2}
+	h.rd.c = h.tcp
 	if !cfg.smcd {
 		// No ISM device: tell the server instead of proposing (smc_connect_decline_fallback).
 		return h.decline(clc.DeclNoSMCDev)
@@ -281,6 +318,7 @@ func (h *handshake) checkAccept(acc *clc.AcceptConfirm) uint32 {
 // serverHandshake runs the server side (smc_listen_work) over an accepted TCP conn.
 func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, error) {
 	h := &handshake{tcp: &countingConn{Conn: tcp}, cfg: cfg, side: "server", ctx: ctx, version: clc.V2}
+	h.rd.c = h.tcp
 	m, err := h.read(clc.TypeProposal)
 	if err != nil {
 		return nil, h.fail("waiting for proposal", err)

@@ -69,7 +69,7 @@ func advertisedServer(t testing.TB) net.Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := presence.Register(presence.ListenerName(ln.Addr().(*net.TCPAddr).AddrPort()))
+	e, err := presence.Register(presence.ListenerName(ln.Addr().(*net.TCPAddr).AddrPort()), true)
 	if err != nil {
 		t.Fatal(err)
 	}

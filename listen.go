@@ -151,7 +151,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		jobs:   make(chan net.Conn, backlog),
 		closed: make(chan struct{}),
 	}
-	if l.sig, err = presence.Register(l.name); err != nil {
+	if l.sig, err = presence.Register(l.name, true); err != nil {
 		tcp.Close()
 		return fail(fmt.Errorf("smcloop: advertising SMC capability for %v: %w", ta, err))
 	}
@@ -243,7 +243,7 @@ func (l *Listener) updateCongestion() {
 		select {
 		case <-l.closed:
 		default:
-			l.sig, _ = presence.Register(l.name)
+			l.sig, _ = presence.Register(l.name, true)
 		}
 	}
 }

@@ -431,3 +431,57 @@ func TestPeerThatNeverReadsDoesNotWedgeDevice(t *testing.T) {
 		t.Fatal("Close blocked")
 	}
 }
+
+// TestPeerGoneEvent: when a device that talked to us goes away, its connection to us
+// ends; the handler hears EventPeerGone from it and our own connection to it is dropped.
+// A device we only talked to (it never connected to us), or our own Close, raises nothing.
+func TestPeerGoneEvent(t *testing.T) {
+	type event struct {
+		from GID
+		code uint32
+		info uint64
+	}
+	a, b, c := openTestDevice(t), openTestDevice(t), openTestDevice(t)
+	events := make(chan event, 10)
+	a.SetEventHandler(func(from GID, code uint32, info uint64) { events <- event{from, code, info} })
+	bEvents := make(chan event, 10)
+	b.SetEventHandler(func(from GID, code uint32, info uint64) { bEvents <- event{from, code, info} })
+
+	if err := b.QueryRemoteGID(a.gid); err != nil { // b connects to a
+		t.Fatal(err)
+	}
+	if err := a.QueryRemoteGID(b.gid); err != nil { // and a to b
+		t.Fatal(err)
+	}
+	if err := a.QueryRemoteGID(c.gid); err != nil { // a connects to c; c never to a
+		t.Fatal(err)
+	}
+	c.Close()
+	b.Close()
+	// Close has joined b's serving goroutines: had b raised anything, it would be here.
+	select {
+	case ev := <-bEvents:
+		t.Errorf("the closing device's own handler saw %+v", ev)
+	default:
+	}
+
+	select {
+	case ev := <-events:
+		if want := (event{b.gid, EventPeerGone, 0}); ev != want {
+			t.Fatalf("event %+v, want %+v", ev, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EventPeerGone for a closed peer device within 10s")
+	}
+	a.mu.Lock()
+	_, kept := a.peers[b.gid]
+	a.mu.Unlock()
+	if kept {
+		t.Error("a still keeps a connection entry for the vanished device")
+	}
+	select {
+	case ev := <-events:
+		t.Errorf("unexpected second event %+v (c never connected to a)", ev)
+	default:
+	}
+}

@@ -192,11 +192,18 @@ func (l *Link) Wait(bit uint64) error {
 // SetDeadline sets the deadline of the doorbell for bit (reader or writer).
 func (l *Link) SetDeadline(bit uint64, t time.Time) error { return l.bell(bit).SetDeadline(t) }
 
-// WakeLocal rings this side's own doorbells so that blocked local readers and writers
-// re-check the connection state (close, abort, peer death).
+// WakeLocal rings this side's own doorbells for each local reader or writer that
+// announced sleep, so it re-checks the connection state (close, abort, peer death). The
+// caller stores the state change before calling (sequentially consistent, as the
+// sleeper's announcement is), so a sleeper either sees the change or is rung.
 func (l *Link) WakeLocal() {
-	l.rx.Data.Ring()
-	l.rx.Space.Ring()
+	w := l.rxA.LoadWake()
+	if w&cdc.WakeReader != 0 {
+		l.rx.Data.Ring()
+	}
+	if w&cdc.WakeWriter != 0 {
+		l.rx.Space.Ring()
+	}
 }
 
 // LocalArea is the local CDC area, which only the peer writes; it is exposed for

@@ -94,7 +94,7 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 	if m := g.takeFreeLocked(size); m != nil {
 		g.mu.Unlock()
 		bufStats.rmbReuse.Add(1)
-		clear(m.Bytes())
+		resetDMB(m)
 		return m, false, nil
 	}
 	g.mu.Unlock()
@@ -110,12 +110,18 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 		if m := g.takeFreeLocked(s); m != nil {
 			bufStats.rmbReuse.Add(1)
 			bufStats.rmbDowngrade.Add(1)
-			clear(m.Bytes())
+			resetDMB(m)
 			return m, true, nil
 		}
 	}
 	return nil, false, err
 }
+
+// resetDMB prepares a reused DMB for a new connection: its CDC area (cursors, flags,
+// wake word) starts at zero. The ring keeps the old bytes: no reader ever sees them (a
+// reader stops at the producer cursor, which starts at 0), and the only other process
+// mapping this DMB is the same peer that wrote or read them before.
+func resetDMB(m *ism.DMB) { clear(m.Bytes()[:cdc.AreaSize]) }
 
 func (g *LinkGroup) takeFreeLocked(size int) *ism.DMB {
 	list := g.free[size]

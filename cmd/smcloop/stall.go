@@ -35,7 +35,7 @@ func stallDial(ctx context.Context, addr string) (net.Conn, error) {
 		if err != nil {
 			return err
 		}
-		e, err := presence.Register(presence.DialerName(port, dst))
+		e, err := presence.Register(presence.DialerName(port, dst), false)
 		if err != nil {
 			return nil // unannounced: a plain client
 		}

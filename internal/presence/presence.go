@@ -39,15 +39,18 @@ type Entry struct {
 	name string
 }
 
-// Register binds name (without the leading '@'). It fails with EADDRINUSE if another
-// socket holds it.
-func Register(name string) (*Entry, error) {
+// Register binds name (without the leading '@') for as long as the entry lives; a
+// long-lived name should set smallQueue, so that the probe datagrams it never reads
+// cannot pile up (a dialer name is probed once). It fails with EADDRINUSE if another
+// socket holds the name.
+func Register(name string, smallQueue bool) (*Entry, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("presence: socket: %w", err)
 	}
-	// The owner never reads: keep the queue of probe datagrams tiny.
-	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1)
+	if smallQueue {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1)
+	}
 	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: "@" + name}); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("presence: bind %q: %w", name, err)
@@ -116,13 +119,40 @@ func ListenerNames(dst netip.AddrPort) []string {
 }
 
 // ListenerPresent reports whether an smcloop listener is registered for dst.
+//
+// An absent answer is remembered for absentTTL, so dialing a plain server (or a listener
+// that withdrew its signal under handshake limitation) costs no probes per connection.
+// Only absence is cached: a listener that appears is seen at most absentTTL late, which
+// merely means plain TCP meanwhile; a cached presence could send CLC to a plain server
+// that took over the port.
 func ListenerPresent(dst netip.AddrPort) bool {
+	now := time.Now()
+	absent.mu.Lock()
+	until, ok := absent.m[dst]
+	absent.mu.Unlock()
+	if ok && now.Before(until) {
+		return false
+	}
 	for _, n := range ListenerNames(dst) {
 		if ok, _ := Probe(n); ok {
 			return true
 		}
 	}
+	absent.mu.Lock()
+	if absent.m == nil || len(absent.m) > 4096 {
+		absent.m = make(map[netip.AddrPort]time.Time)
+	}
+	absent.m[dst] = now.Add(absentTTL)
+	absent.mu.Unlock()
 	return false
+}
+
+// absentTTL is how long ListenerPresent trusts an absent answer.
+const absentTTL = 50 * time.Millisecond
+
+var absent struct {
+	mu sync.Mutex
+	m  map[netip.AddrPort]time.Time
 }
 
 var local struct {

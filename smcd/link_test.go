@@ -1,0 +1,456 @@
+package smcd_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/smcd"
+)
+
+// countersDelta is after - before.
+func countersDelta(before, after smcd.Counters) smcd.Counters {
+	return smcd.Counters{
+		RingsSent:       after.RingsSent - before.RingsSent,
+		RingsSuppressed: after.RingsSuppressed - before.RingsSuppressed,
+		Sleeps:          after.Sleeps - before.Sleeps,
+		MoveDataCalls:   after.MoveDataCalls - before.MoveDataCalls,
+	}
+}
+
+func TestLinkInitAndCursorWords(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, 32<<10, 64<<10, false)
+
+	// Init writes the type into the PEER's CDC area (A's Init into B's DMB and vice versa).
+	for _, m := range []*ism.DMB{c.rxA, c.rxB} {
+		if typ := area(t, m.Bytes()).Type(); typ != cdc.MsgType {
+			t.Errorf("DMB type byte %#x, want %#x", typ, cdc.MsgType)
+		}
+	}
+	if len(c.la.RxRing()) != c.rxA.Size()-cdc.AreaSize || len(c.la.TxBuf()) != c.rxB.Size()-cdc.AreaSize {
+		t.Errorf("A: rx ring %d, tx buffer %d; want %d, %d",
+			len(c.la.RxRing()), len(c.la.TxBuf()), c.rxA.Size()-cdc.AreaSize, c.rxB.Size()-cdc.AreaSize)
+	}
+
+	prod := word(12345, 0)
+	c.la.PushProd(prod, 0, 0)
+	if got := area(t, c.rxB.Bytes()).LoadProd(); got != prod {
+		t.Errorf("B's DMB producer word %#x, want %#x", got, prod)
+	}
+	if got := c.lb.LoadPeerProd(); got != prod {
+		t.Errorf("B.LoadPeerProd = %#x, want %#x", got, prod)
+	}
+	if got := area(t, c.rxA.Bytes()).LoadProd(); got != 0 {
+		t.Errorf("A's own DMB producer word %#x; PushProd wrote the wrong DMB", got)
+	}
+
+	cons := word(777, cdc.PeerDoneWriting)
+	c.lb.PublishCons(cons, smcd.WakeWriter)
+	if got := c.la.LoadPeerCons(); got != cons {
+		t.Errorf("A.LoadPeerCons = %#x, want %#x", got, cons)
+	}
+	if got := c.la.LocalArea().LoadCons(); got != cons {
+		t.Errorf("A.LocalArea().LoadCons = %#x, want %#x", got, cons)
+	}
+	if got := area(t, c.rxB.Bytes()).LoadCons(); got != 0 {
+		t.Errorf("B's own consumer word %#x; PublishCons wrote the wrong DMB", got)
+	}
+}
+
+func TestAnnounceRetract(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+	// B's wake word as A sees it: the word A's PushProd/PublishCons consult.
+	wake := area(t, c.rxB.Bytes()).LoadWake
+	const R, W, E = cdc.WakeReader, cdc.WakeWriter, cdc.WakeEpoch
+
+	steps := []struct {
+		name string
+		do   func()
+		want uint64
+	}{
+		{"start", func() {}, 0},
+		{"announce reader", func() { c.lb.Announce(smcd.WakeReader) }, R | 1*E},
+		{"announce writer", func() { c.lb.Announce(smcd.WakeWriter) }, R | W | 2*E},
+		{"retract reader", func() { c.lb.Retract(smcd.WakeReader) }, W | 2*E},
+		{"retract reader again", func() { c.lb.Retract(smcd.WakeReader) }, W | 2*E},
+		{"retract writer", func() { c.lb.Retract(smcd.WakeWriter) }, 2 * E},
+		{"announce reader", func() { c.lb.Announce(smcd.WakeReader) }, R | 3*E},
+		{"retract reader", func() { c.lb.Retract(smcd.WakeReader) }, 3 * E},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := wake(); got != s.want {
+			t.Fatalf("%s: wake word %#x, want %#x", s.name, got, s.want)
+		}
+		if got := c.lb.LocalArea().LoadWake(); got != s.want {
+			t.Fatalf("%s: B.LocalArea wake word %#x, want %#x", s.name, got, s.want)
+		}
+	}
+	if got := area(t, c.rxA.Bytes()).LoadWake(); got != 0 {
+		t.Errorf("B's announcements reached A's DMB: %#x", got)
+	}
+}
+
+func TestPushProdRingsSleepingReaderOncePerSleep(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+	dataRung := c.rxB.Data.TryConsume
+	spaceRung := c.rxB.Space.TryConsume
+	n := uint32(0)
+	push := func() { n++; c.la.PushProd(word(n, 0), 0, 0) }
+
+	steps := []struct {
+		name   string
+		do     func()
+		ring   bool // B's data doorbell rung by this step
+		counts smcd.Counters
+	}{
+		{"reader awake", push, false, smcd.Counters{RingsSuppressed: 1}},
+		{"reader announces", func() { c.lb.Announce(smcd.WakeReader) }, false, smcd.Counters{}},
+		{"first push of the sleep", push, true, smcd.Counters{RingsSent: 1}},
+		{"second push, same sleep", push, false, smcd.Counters{RingsSuppressed: 1}},
+		{"third push, same sleep", push, false, smcd.Counters{RingsSuppressed: 1}},
+		{"reader retracts", func() { c.lb.Retract(smcd.WakeReader) }, false, smcd.Counters{}},
+		{"push after retract", push, false, smcd.Counters{RingsSuppressed: 1}},
+		{"reader sleeps again", func() { c.lb.Announce(smcd.WakeReader) }, false, smcd.Counters{}},
+		{"first push of the new sleep", push, true, smcd.Counters{RingsSent: 1}},
+		{"second push of the new sleep", push, false, smcd.Counters{RingsSuppressed: 1}},
+		{"reader retracts", func() { c.lb.Retract(smcd.WakeReader) }, false, smcd.Counters{}},
+		{"only the writer sleeps", func() { c.lb.Announce(smcd.WakeWriter) }, false, smcd.Counters{}},
+		{"push with only the writer asleep", push, false, smcd.Counters{RingsSuppressed: 1}},
+	}
+	for _, s := range steps {
+		before := c.la.Counters()
+		s.do()
+		if got := countersDelta(before, c.la.Counters()); got != s.counts {
+			t.Errorf("%s: counters moved by %+v, want %+v", s.name, got, s.counts)
+		}
+		if got := dataRung(); got != s.ring {
+			t.Errorf("%s: B's data doorbell rung = %v, want %v", s.name, got, s.ring)
+		}
+		if spaceRung() {
+			t.Errorf("%s: PushProd rang B's space doorbell", s.name)
+		}
+		if got := c.lb.LoadPeerProd(); got != word(n, 0) {
+			t.Errorf("%s: B sees producer word %#x, want %#x", s.name, got, word(n, 0))
+		}
+	}
+	if c.rxA.Data.TryConsume() || c.rxA.Space.TryConsume() {
+		t.Error("A's own doorbells were rung")
+	}
+}
+
+func TestPublishConsRingsSleepingWriterOncePerSleep(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+	n := uint32(0)
+	publish := func(wake uint64) func() {
+		return func() { n++; c.lb.PublishCons(word(n, 0), wake) }
+	}
+	// B publishes its consumer cursor into A's DMB; A's writer is the sleeper.
+	steps := []struct {
+		name        string
+		do          func()
+		data, space bool // A's doorbells rung by this step
+		counts      smcd.Counters
+	}{
+		{"writer awake", publish(smcd.WakeWriter), false, false, smcd.Counters{RingsSuppressed: 1}},
+		{"writer announces", func() { c.la.Announce(smcd.WakeWriter) }, false, false, smcd.Counters{}},
+		{"first publication of the sleep", publish(smcd.WakeWriter), false, true, smcd.Counters{RingsSent: 1}},
+		{"second publication", publish(smcd.WakeWriter), false, false, smcd.Counters{RingsSuppressed: 1}},
+		{"publication that wakes nobody", publish(0), false, false, smcd.Counters{RingsSuppressed: 1}},
+		{"reader-only wake with the writer asleep", publish(smcd.WakeReader), false, false, smcd.Counters{RingsSuppressed: 1}},
+		{"writer retracts", func() { c.la.Retract(smcd.WakeWriter) }, false, false, smcd.Counters{}},
+		{"publication after retract", publish(smcd.WakeWriter), false, false, smcd.Counters{RingsSuppressed: 1}},
+		{"both sleep", func() { c.la.Announce(smcd.WakeReader); c.la.Announce(smcd.WakeWriter) }, false, false, smcd.Counters{}},
+		{"close flags wake both", publish(smcd.WakeReader | smcd.WakeWriter), true, true, smcd.Counters{RingsSent: 2}},
+		{"again, same sleeps", publish(smcd.WakeReader | smcd.WakeWriter), false, false, smcd.Counters{RingsSuppressed: 2}},
+	}
+	for _, s := range steps {
+		before := c.lb.Counters()
+		s.do()
+		if got := countersDelta(before, c.lb.Counters()); got != s.counts {
+			t.Errorf("%s: counters moved by %+v, want %+v", s.name, got, s.counts)
+		}
+		if got := c.rxA.Data.TryConsume(); got != s.data {
+			t.Errorf("%s: A's data doorbell rung = %v, want %v", s.name, got, s.data)
+		}
+		if got := c.rxA.Space.TryConsume(); got != s.space {
+			t.Errorf("%s: A's space doorbell rung = %v, want %v", s.name, got, s.space)
+		}
+		if got := c.la.LoadPeerCons(); got != word(n, 0) {
+			t.Errorf("%s: A sees consumer word %#x, want %#x", s.name, got, word(n, 0))
+		}
+	}
+}
+
+func TestCopyModeMovesBytesOnPush(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, 32<<10, true)
+	ring := c.rxB.Bytes()[cdc.AreaSize:]
+	size := len(ring)
+	tx := c.la.TxBuf()
+	if len(tx) != size {
+		t.Fatalf("copy-mode send buffer %d bytes, want the peer ring's %d", len(tx), size)
+	}
+	c.lb.Announce(smcd.WakeReader) // a non-zero wake word that a stray copy would clobber
+	cdcBefore := bytes.Clone(c.rxB.Bytes()[:cdc.AreaSize])
+
+	// Writing the send buffer does not touch the peer's DMB.
+	copy(tx[100:], "hello, peer")
+	if bytes.Contains(c.rxB.Bytes(), []byte("hello")) {
+		t.Fatal("copy mode: the send buffer is the peer's DMB")
+	}
+	before := c.la.Counters()
+	c.la.PushProd(word(11, 0), 100, 11)
+	if got := string(ring[100:111]); got != "hello, peer" {
+		t.Fatalf("after PushProd the peer ring holds %q", got)
+	}
+	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 1 || d.RingsSent != 1 {
+		t.Errorf("one span: counters moved by %+v, want 1 move_data and 1 ring", d)
+	}
+	if !c.rxB.Data.TryConsume() {
+		t.Error("the sleeping reader was not rung")
+	}
+
+	// A span that wraps: the last 100 bytes of the ring, then 200 from its start.
+	clear(ring)
+	for i := range tx {
+		tx[i] = byte(i%251) + 1
+	}
+	off, n := size-100, 300
+	before = c.la.Counters()
+	c.la.PushProd(word(12, 0), off, n)
+	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 2 {
+		t.Errorf("wrapping span: %d move_data calls, want 2", d.MoveDataCalls)
+	}
+	if !bytes.Equal(ring[off:], tx[off:]) {
+		t.Error("wrapping span: the tail of the ring differs from the send buffer")
+	}
+	if !bytes.Equal(ring[:200], tx[:200]) {
+		t.Error("wrapping span: the head of the ring differs from the send buffer")
+	}
+	if i := bytes.IndexFunc(ring[200:off], func(r rune) bool { return r != 0 }); i >= 0 {
+		t.Errorf("wrapping span: byte %d outside the span was written", 200+i)
+	}
+	cdcAfter := c.rxB.Bytes()[:cdc.AreaSize]
+	if !bytes.Equal(cdcAfter[:cdc.OffProd], cdcBefore[:cdc.OffProd]) || !bytes.Equal(cdcAfter[cdc.OffCons:], cdcBefore[cdc.OffCons:]) {
+		t.Errorf("the moves touched the CDC area: % x -> % x", cdcBefore, cdcAfter)
+	}
+	if got := c.lb.LoadPeerProd(); got != word(12, 0) {
+		t.Errorf("producer word %#x, want %#x", got, word(12, 0))
+	}
+
+	// An empty push publishes the cursor and moves nothing.
+	before = c.la.Counters()
+	c.la.PushProd(word(13, 0), 5, 0)
+	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 0 {
+		t.Errorf("empty push: %d move_data calls", d.MoveDataCalls)
+	}
+	// A span that ends exactly at the ring's end needs one move.
+	before = c.la.Counters()
+	c.la.PushProd(word(14, 0), size-10, 10)
+	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 1 {
+		t.Errorf("span ending at the ring's end: %d move_data calls, want 1", d.MoveDataCalls)
+	}
+}
+
+func TestNoCopyModeWritesInPlace(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+	ring := c.rxB.Bytes()[cdc.AreaSize:]
+	tx := c.la.TxBuf()
+	copy(tx[len(tx)-4:], "tail")
+	if string(ring[len(ring)-4:]) != "tail" {
+		t.Fatal("no-copy mode: the send buffer is not the peer's ring")
+	}
+	before := c.la.Counters()
+	c.la.PushProd(word(4, 0), len(tx)-4, 4)
+	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 0 {
+		t.Errorf("no-copy PushProd made %d move_data calls", d.MoveDataCalls)
+	}
+	if got := c.lb.LoadPeerProd(); got != word(4, 0) {
+		t.Errorf("producer word %#x, want %#x", got, word(4, 0))
+	}
+}
+
+func TestWaitDeadlineAndWakeLocal(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+
+	for _, bit := range []uint64{smcd.WakeReader, smcd.WakeWriter} {
+		if err := c.lb.SetDeadline(bit, time.Now().Add(-time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		before := c.lb.Counters()
+		if err := c.lb.Wait(bit); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("Wait(%d) past the deadline: %v, want os.ErrDeadlineExceeded", bit, err)
+		}
+		if d := countersDelta(before, c.lb.Counters()); d.Sleeps != 1 {
+			t.Errorf("Wait(%d) counted %d sleeps", bit, d.Sleeps)
+		}
+		if err := c.lb.SetDeadline(bit, time.Now().Add(10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// WakeLocal rings both of B's own doorbells.
+	c.lb.WakeLocal()
+	for _, bit := range []uint64{smcd.WakeReader, smcd.WakeWriter} {
+		if err := c.lb.Wait(bit); err != nil {
+			t.Errorf("Wait(%d) after WakeLocal: %v", bit, err)
+		}
+	}
+	if c.rxA.Data.TryConsume() || c.rxA.Space.TryConsume() {
+		t.Error("B's WakeLocal rang A")
+	}
+
+	// The reader's wait ends on the writer's push; the writer's on the reader's publication.
+	c.lb.Announce(smcd.WakeReader)
+	c.la.PushProd(word(1, 0), 0, 0)
+	if err := c.lb.Wait(smcd.WakeReader); err != nil {
+		t.Errorf("reader Wait after a push: %v", err)
+	}
+	c.lb.Retract(smcd.WakeReader)
+	c.la.Announce(smcd.WakeWriter)
+	c.la.SetDeadline(smcd.WakeWriter, time.Now().Add(10*time.Second))
+	c.lb.PublishCons(word(1, 0), smcd.WakeWriter)
+	if err := c.la.Wait(smcd.WakeWriter); err != nil {
+		t.Errorf("writer Wait after a publication: %v", err)
+	}
+	c.la.Retract(smcd.WakeWriter)
+}
+
+// sleepUntil waits for cond the way the connection core does: announce, re-check, wait,
+// retract. A lost wake-up shows as the doorbell's deadline.
+func sleepUntil(l *smcd.Link, bit uint64, cond func() bool) error {
+	for !cond() {
+		l.Announce(bit)
+		if cond() {
+			l.Retract(bit)
+			return nil
+		}
+		err := l.Wait(bit)
+		l.Retract(bit)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestPingPongLosesNoWakeups: A pushes cursor i and sleeps until B has consumed it; B
+// sleeps until cursor i arrives and publishes it consumed. Every step needs a wake-up
+// across the link, so any doorbell wrongly suppressed stalls the exchange until the
+// deadline.
+func TestPingPongLosesNoWakeups(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+	const rounds = 20000
+	deadline := time.Now().Add(60 * time.Second)
+	c.la.SetDeadline(smcd.WakeWriter, deadline)
+	c.lb.SetDeadline(smcd.WakeReader, deadline)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() { // A: writer
+		defer wg.Done()
+		for i := uint32(1); i <= rounds; i++ {
+			c.la.PushProd(word(i, 0), 0, 0)
+			want := word(i, 0)
+			if err := sleepUntil(c.la, smcd.WakeWriter, func() bool { return c.la.LoadPeerCons() == want }); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	go func() { // B: reader
+		defer wg.Done()
+		for i := uint32(1); i <= rounds; i++ {
+			want := word(i, 0)
+			if err := sleepUntil(c.lb, smcd.WakeReader, func() bool { return c.lb.LoadPeerProd() == want }); err != nil {
+				errs <- err
+				return
+			}
+			c.lb.PublishCons(want, smcd.WakeWriter)
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("ping-pong stalled: %v (A %+v, B %+v)", err, c.la.Counters(), c.lb.Counters())
+	}
+	ca, cb := c.la.Counters(), c.lb.Counters()
+	if ca.RingsSent == 0 || cb.RingsSent == 0 {
+		t.Errorf("no doorbell was ever rung (A %+v, B %+v): the test did not exercise sleeping", ca, cb)
+	}
+	t.Logf("A %+v, B %+v", ca, cb)
+}
+
+func TestLinkCloseReturnsBuffersToTheGroup(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	rxA, rxB := getDMB(t, p.gA, 64<<10), getDMB(t, p.gB, ism.MinDMBSize)
+	txA, err := p.gA.Attach(rxB.Token(), rxB.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, err := smcd.New(p.gA, rxA, txA, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := smcd.Stats()
+	la.Close(true)
+	m := getDMB(t, p.gA, 64<<10)
+	r, err := p.gA.Attach(rxB.Token(), rxB.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m != rxA || r != txA {
+		t.Error("the next connection did not get the closed link's buffers")
+	}
+	expectDelta(t, "reuse after Link.Close", before, smcd.BufferStats{RMBReuse: 1, PeerReuse: 1})
+	p.gA.Release(r)
+	p.gA.PutDMB(m, true)
+	p.gB.PutDMB(rxB, true)
+}
+
+func TestViolationAndPeerLostTerminate(t *testing.T) {
+	t.Run("violation tells the peer", func(t *testing.T) {
+		p := newPair(t, ism.Config{}, ism.Config{})
+		c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+		before := smcd.Stats()
+		c.la.Violation()
+		if p.tA.Find(p.devB.GID(), smcd.RoleClient) != nil || p.tB.Find(p.devA.GID(), smcd.RoleServer) != nil {
+			t.Error("a link group survived a protocol violation")
+		}
+		expectDelta(t, "Violation", before, smcd.BufferStats{Terminated: 2})
+	})
+	t.Run("peer lost ends both roles locally", func(t *testing.T) {
+		p := newPair(t, ism.Config{}, ism.Config{})
+		c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+		server, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{9, 9, 9, 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := smcd.Stats()
+		c.la.PeerLost()
+		if p.tA.Find(p.devB.GID(), smcd.RoleClient) != nil || p.tA.Find(p.devB.GID(), smcd.RoleServer) != nil {
+			t.Error("a link group with the lost peer survived")
+		}
+		if _, _, err := server.GetDMB(ism.MinDMBSize); err == nil {
+			t.Error("the server-role group with the lost peer still hands out DMBs")
+		}
+		if p.tB.Find(p.devA.GID(), smcd.RoleServer) != p.gB {
+			t.Error("PeerLost signalled the peer it believes gone")
+		}
+		expectDelta(t, "PeerLost", before, smcd.BufferStats{Terminated: 2})
+	})
+}

@@ -1,0 +1,724 @@
+package smcd_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/smcd"
+)
+
+// firstNonZero reports the first non-zero byte of b, or -1.
+func firstNonZero(b []byte) int {
+	for i, c := range b {
+		if c != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+func dirty(m *ism.DMB) {
+	b := m.Bytes()
+	for i := range b {
+		b[i] = byte(i) | 1
+	}
+}
+
+func TestGetDMBReusesAfterPeerDone(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	g := p.gA
+
+	before := smcd.Stats()
+	m := getDMB(t, g, 64<<10)
+	expectDelta(t, "first GetDMB", before, smcd.BufferStats{RMBAlloc: 1})
+	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
+		t.Fatalf("%d DMBs registered, want 1", st.DMBsRegistered)
+	}
+	dirty(m)
+	g.PutDMB(m, true)
+
+	before = smcd.Stats()
+	m2 := getDMB(t, g, 64<<10)
+	expectDelta(t, "GetDMB after PutDMB(peerDone)", before, smcd.BufferStats{RMBReuse: 1})
+	if m2 != m {
+		t.Fatalf("got DMB %#x, want the idle %#x back", m2.Token(), m.Token())
+	}
+	if i := firstNonZero(m2.Bytes()); i >= 0 {
+		t.Fatalf("reused DMB not zeroed: byte %d = %#x", i, m2.Bytes()[i])
+	}
+
+	// An idle DMB of another size is not handed out for this size.
+	g.PutDMB(m2, true)
+	before = smcd.Stats()
+	m3 := getDMB(t, g, 32<<10)
+	expectDelta(t, "GetDMB of another size", before, smcd.BufferStats{RMBAlloc: 1})
+	if m3 == m {
+		t.Fatal("a 64 KiB DMB was handed out for 32 KiB")
+	}
+	if st := p.devA.Stats(); st.DMBsRegistered != 2 || st.DMBsCreated != 2 {
+		t.Fatalf("device stats %+v, want 2 registered, 2 created", st)
+	}
+	g.PutDMB(m3, true)
+}
+
+func TestPutDMBLingersUntilPeerCloses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		flag cdc.ConnFlags
+	}{
+		{"closed", cdc.PeerConnClosed},
+		{"aborted", cdc.PeerConnAbort},
+		{"closed after done writing", cdc.PeerConnClosed | cdc.PeerDoneWriting},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, ism.Config{}, ism.Config{})
+			g := p.gA
+			m := getDMB(t, g, ism.MinDMBSize)
+			a := area(t, m.Bytes())
+			// The peer has stopped writing but not closed: not reusable yet.
+			a.StoreCons(word(100, cdc.PeerDoneWriting))
+			g.PutDMB(m, false)
+
+			before := smcd.Stats()
+			other := getDMB(t, g, ism.MinDMBSize)
+			expectDelta(t, "GetDMB while the peer may still write", before, smcd.BufferStats{RMBAlloc: 1})
+			if other == m {
+				t.Fatal("a lingering DMB was reused before the peer's close flag")
+			}
+
+			// The peer's close arrives in the DMB's CDC area.
+			a.StoreCons(word(200, tc.flag))
+			before = smcd.Stats()
+			again := getDMB(t, g, ism.MinDMBSize)
+			expectDelta(t, "GetDMB after the peer's close flag", before, smcd.BufferStats{RMBReuse: 1})
+			if again != m {
+				t.Fatalf("got %#x, want the lingering DMB %#x once the peer closed", again.Token(), m.Token())
+			}
+			if i := firstNonZero(again.Bytes()); i >= 0 {
+				t.Fatalf("reused DMB not zeroed at byte %d", i)
+			}
+
+			// Zeroing cleared the old close flag: returned again without the peer being
+			// done, the DMB lingers instead of being taken for finished.
+			g.PutDMB(again, false)
+			before = smcd.Stats()
+			third := getDMB(t, g, ism.MinDMBSize)
+			expectDelta(t, "GetDMB after a second linger", before, smcd.BufferStats{RMBAlloc: 1})
+			if third == m {
+				t.Fatal("a stale close flag survived reuse")
+			}
+			g.PutDMB(other, true)
+			g.PutDMB(third, true)
+		})
+	}
+}
+
+func TestPutDMBWithCloseFlagAlreadyThereIsIdleAtOnce(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	m := getDMB(t, p.gA, ism.MinDMBSize)
+	area(t, m.Bytes()).StoreCons(word(1, cdc.PeerConnClosed))
+	p.gA.PutDMB(m, false)
+	before := smcd.Stats()
+	if again := getDMB(t, p.gA, ism.MinDMBSize); again != m {
+		t.Fatal("a DMB whose peer had closed was not reused")
+	}
+	expectDelta(t, "reuse", before, smcd.BufferStats{RMBReuse: 1})
+}
+
+func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
+	p := newPair(t, ism.Config{MaxDMBs: 2}, ism.Config{})
+	g := p.gA
+	small := getDMB(t, g, ism.MinDMBSize)
+	mid := getDMB(t, g, 32<<10)
+	g.PutDMB(small, true)
+
+	// The device is full; a 64 KiB request walks down past 32 KiB (none idle) to 16 KiB.
+	before := smcd.Stats()
+	m, down, err := g.GetDMB(64 << 10)
+	if err != nil {
+		t.Fatalf("GetDMB(64 KiB) at the limit with a 16 KiB DMB idle: %v", err)
+	}
+	if !down || m != small || m.Size() != ism.MinDMBSize {
+		t.Fatalf("GetDMB(64 KiB) = %d bytes, downgraded=%v; want the idle 16 KiB DMB, downgraded", m.Size(), down)
+	}
+	expectDelta(t, "downgrade", before, smcd.BufferStats{RMBReuse: 1, RMBDowngrade: 1})
+	if st := p.devA.Stats(); st.RegisterFailures != 1 {
+		t.Errorf("device RegisterFailures = %d, want 1", st.RegisterFailures)
+	}
+
+	// Nothing idle: the device's refusal comes through.
+	before = smcd.Stats()
+	if m2, _, err := g.GetDMB(64 << 10); !errors.Is(err, ism.ErrNoSpace) {
+		t.Fatalf("GetDMB with nothing idle at the limit = %v, %v; want ErrNoSpace", m2, err)
+	}
+	expectDelta(t, "refusal", before, smcd.BufferStats{})
+
+	// A downgrade never hands out a larger DMB than asked for.
+	g.PutDMB(mid, true)
+	before = smcd.Stats()
+	if m2, _, err := g.GetDMB(ism.MinDMBSize); err == nil {
+		if m2.Size() > ism.MinDMBSize {
+			t.Fatalf("GetDMB(16 KiB) gave %d bytes", m2.Size())
+		}
+		t.Fatalf("GetDMB(16 KiB) at the limit with only 32 KiB idle succeeded")
+	}
+	expectDelta(t, "no upgrade", before, smcd.BufferStats{})
+	g.PutDMB(m, true)
+}
+
+func TestAttachCachesPeerMappingsByToken(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	m := getDMB(t, p.gB, 32<<10)
+	defer p.gB.PutDMB(m, true)
+
+	before := smcd.Stats()
+	r, err := p.gA.Attach(m.Token(), m.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectDelta(t, "first Attach", before, smcd.BufferStats{PeerAttach: 1})
+	p.gA.Release(r)
+
+	before = smcd.Stats()
+	made, served := p.devA.Stats().AttachesMade, p.devB.Stats().AttachesServed
+	r2, err := p.gA.Attach(m.Token(), m.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectDelta(t, "Attach after Release", before, smcd.BufferStats{PeerReuse: 1})
+	if r2 != r {
+		t.Fatal("the cached mapping was not reused")
+	}
+	if p.devA.Stats().AttachesMade != made || p.devB.Stats().AttachesServed != served {
+		t.Fatal("a cached Attach went to the device")
+	}
+	// Still the live memory of the peer's DMB.
+	m.Bytes()[cdc.AreaSize] = 0x42
+	if r2.Bytes()[cdc.AreaSize] != 0x42 {
+		t.Fatal("the cached mapping does not show the peer's DMB")
+	}
+
+	// While one connection uses the mapping, another Attach of the token maps it afresh;
+	// the first mapping is unmapped when it is released.
+	before = smcd.Stats()
+	r3, err := p.gA.Attach(m.Token(), m.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectDelta(t, "Attach of a token in use", before, smcd.BufferStats{PeerAttach: 1})
+	if r3 == r2 {
+		t.Fatal("a mapping in use was handed out twice")
+	}
+	p.gA.Release(r2)
+	if r2.Bytes() != nil {
+		t.Error("the superseded mapping was not detached on Release")
+	}
+	p.gA.Release(r3)
+	before = smcd.Stats()
+	if r4, err := p.gA.Attach(m.Token(), m.Size()); err != nil || r4 != r3 {
+		t.Fatalf("Attach after releasing the newer mapping = %p, %v; want %p", r4, err, r3)
+	} else {
+		p.gA.Release(r4)
+	}
+	expectDelta(t, "reuse of the newer mapping", before, smcd.BufferStats{PeerReuse: 1})
+
+	// A token the peer does not have fails as the device says.
+	if _, err := p.gA.Attach(m.Token()^1, m.Size()); !errors.Is(err, ism.ErrNoDMB) {
+		t.Errorf("Attach of an unknown token: %v, want ErrNoDMB", err)
+	}
+}
+
+func TestIdleRemoteCacheIsBounded(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	const n = 64 + 3
+	maps0 := dmbMappings(t)
+	dmbs := make([]*ism.DMB, n)
+	remotes := make([]*ism.RemoteDMB, n)
+	for i := range dmbs {
+		dmbs[i] = getDMB(t, p.gB, ism.MinDMBSize)
+		r, err := p.gA.Attach(dmbs[i].Token(), ism.MinDMBSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		remotes[i] = r
+	}
+	if got := dmbMappings(t) - maps0; got != 2*n {
+		t.Fatalf("%d DMB mappings, want %d (owner and attacher)", got, 2*n)
+	}
+	for _, r := range remotes {
+		p.gA.Release(r)
+	}
+	// The three released first were unmapped; 64 stay cached.
+	if got := dmbMappings(t) - maps0; got != n+64 {
+		t.Errorf("%d DMB mappings after releasing %d remotes, want %d", got, n, n+64)
+	}
+	for i, r := range remotes {
+		if evicted := r.Bytes() == nil; evicted != (i < 3) {
+			t.Errorf("remote %d evicted = %v, want %v", i, evicted, i < 3)
+		}
+	}
+
+	before := smcd.Stats()
+	r, err := p.gA.Attach(dmbs[n-1].Token(), ism.MinDMBSize)
+	if err != nil || r != remotes[n-1] {
+		t.Fatalf("Attach of the newest idle remote: %v (same mapping %v)", err, r == remotes[n-1])
+	}
+	expectDelta(t, "Attach of a cached remote", before, smcd.BufferStats{PeerReuse: 1})
+	p.gA.Release(r)
+
+	before = smcd.Stats()
+	r, err = p.gA.Attach(dmbs[0].Token(), ism.MinDMBSize)
+	if err != nil || r == remotes[0] {
+		t.Fatalf("Attach of an evicted remote: %v (same mapping %v)", err, r == remotes[0])
+	}
+	expectDelta(t, "Attach of an evicted remote", before, smcd.BufferStats{PeerAttach: 1})
+	p.gA.Release(r) // evicts the oldest idle remote again
+
+	for _, m := range dmbs {
+		p.gB.PutDMB(m, true)
+	}
+	p.gA.Terminate(false)
+	p.gB.Terminate(false)
+	if got := dmbMappings(t); got != maps0 {
+		t.Errorf("DMB mappings %d -> %d after terminating both groups", maps0, got)
+	}
+}
+
+func TestIdleLocalDMBsAreBounded(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	const n = 64 + 2
+	for _, peerDone := range []bool{true, false} {
+		dmbs := make([]*ism.DMB, n)
+		for i := range dmbs {
+			dmbs[i] = getDMB(t, p.gA, ism.MinDMBSize)
+		}
+		base := p.devA.Stats().DMBsRegistered
+		for _, m := range dmbs {
+			p.gA.PutDMB(m, peerDone)
+		}
+		// 64 kept, idle or lingering; the rest unregistered.
+		if got := p.devA.Stats().DMBsRegistered; got != base-2 {
+			t.Errorf("peerDone=%v: %d DMBs registered after returning %d, want %d", peerDone, got, n, base-2)
+		}
+		if !peerDone {
+			break
+		}
+		// Take the idle ones back out, so the second round starts from the same place.
+		before := smcd.Stats()
+		for range 64 {
+			getDMB(t, p.gA, ism.MinDMBSize)
+		}
+		expectDelta(t, "taking the idle DMBs back", before, smcd.BufferStats{RMBReuse: 64})
+	}
+}
+
+func TestTerminateReleasesAndRefuses(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	g := p.gA
+	maps0 := dmbMappings(t)
+
+	idle := getDMB(t, g, ism.MinDMBSize)
+	lingering := getDMB(t, g, ism.MinDMBSize)
+	inUse := getDMB(t, g, ism.MinDMBSize)
+	g.PutDMB(idle, true)
+	g.PutDMB(lingering, false)
+
+	peerIdle, peerInUse := getDMB(t, p.gB, ism.MinDMBSize), getDMB(t, p.gB, ism.MinDMBSize)
+	rIdle, err := g.Attach(peerIdle.Token(), ism.MinDMBSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rInUse, err := g.Attach(peerInUse.Token(), ism.MinDMBSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Release(rIdle)
+
+	before := smcd.Stats()
+	g.Terminate(false)
+	expectDelta(t, "Terminate", before, smcd.BufferStats{Terminated: 1})
+	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
+		t.Errorf("%d DMBs registered after Terminate, want 1 (the one in use)", st.DMBsRegistered)
+	}
+	if rIdle.Bytes() != nil {
+		t.Error("an idle peer mapping survived Terminate")
+	}
+	if rInUse.Bytes() == nil {
+		t.Fatal("a peer mapping in use was unmapped by Terminate")
+	}
+	if p.tA.Find(p.devB.GID(), smcd.RoleClient) != nil {
+		t.Error("a terminated group is still found")
+	}
+	if p.tB.Find(p.devA.GID(), smcd.RoleServer) != p.gB {
+		t.Error("Terminate(false) ended the peer's group")
+	}
+
+	if _, _, err := g.GetDMB(ism.MinDMBSize); err == nil {
+		t.Error("GetDMB on a terminated group succeeded")
+	}
+	if _, err := g.Attach(peerIdle.Token(), ism.MinDMBSize); err == nil {
+		t.Error("Attach on a terminated group succeeded")
+	}
+	// Buffers in use go when their connections close.
+	g.PutDMB(inUse, true)
+	g.Release(rInUse)
+	if st := p.devA.Stats(); st.DMBsRegistered != 0 {
+		t.Errorf("%d DMBs registered after the last connection closed", st.DMBsRegistered)
+	}
+	if rInUse.Bytes() != nil {
+		t.Error("a released peer mapping of a terminated group stayed mapped")
+	}
+
+	before = smcd.Stats()
+	g.Terminate(true)
+	expectDelta(t, "second Terminate", before, smcd.BufferStats{})
+	if p.tB.Find(p.devA.GID(), smcd.RoleServer) != p.gB {
+		t.Error("a second Terminate signalled the peer")
+	}
+	p.gB.PutDMB(peerIdle, true)
+	p.gB.PutDMB(peerInUse, true)
+	p.gB.Terminate(false)
+	if got := dmbMappings(t); got != maps0 {
+		t.Errorf("DMB mappings %d -> %d", maps0, got)
+	}
+}
+
+func TestCreateReplacesAndRetiresTheOldGroup(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	old := p.gA
+	idle, inUse := getDMB(t, old, ism.MinDMBSize), getDMB(t, old, ism.MinDMBSize)
+	old.PutDMB(idle, true)
+	peer := getDMB(t, p.gB, ism.MinDMBSize)
+	r, err := old.Attach(peer.Token(), ism.MinDMBSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Release(r)
+
+	before := smcd.Stats()
+	id := [4]byte{1, 2, 3, 4}
+	g, err := p.tA.Create(p.devB.GID(), smcd.RoleClient, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectDelta(t, "Create", before, smcd.BufferStats{LinkGroups: 1})
+	if g == old || g.ID() != id || g.Peer() != p.devB.GID() {
+		t.Fatalf("new group id %x peer %s", g.ID(), g.Peer())
+	}
+	if p.tA.Find(p.devB.GID(), smcd.RoleClient) != g {
+		t.Fatal("Find does not return the new group")
+	}
+	if _, _, err := old.GetDMB(ism.MinDMBSize); err == nil {
+		t.Error("the replaced group still hands out DMBs")
+	}
+	if r.Bytes() != nil {
+		t.Error("the replaced group's idle peer mapping is still mapped")
+	}
+	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
+		t.Errorf("%d DMBs registered, want 1 (the one still in use)", st.DMBsRegistered)
+	}
+	// The new group starts empty: it allocates.
+	before = smcd.Stats()
+	m := getDMB(t, g, ism.MinDMBSize)
+	expectDelta(t, "GetDMB on the new group", before, smcd.BufferStats{RMBAlloc: 1})
+
+	// Terminating the old group later leaves the new one in the table.
+	old.PutDMB(inUse, true)
+	old.Terminate(true)
+	if p.tA.Find(p.devB.GID(), smcd.RoleClient) != g {
+		t.Error("terminating the replaced group removed its successor")
+	}
+	g.PutDMB(m, true)
+	g.Terminate(false)
+	p.gB.PutDMB(peer, true)
+}
+
+func TestCreateChoosesRandomIDs(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	seen := map[[4]byte]bool{}
+	for range 20 {
+		g, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.ID() == ([4]byte{}) {
+			t.Fatal("Create chose the zero id")
+		}
+		seen[g.ID()] = true
+	}
+	if len(seen) < 19 {
+		t.Errorf("20 random ids gave only %d distinct values", len(seen))
+	}
+}
+
+// TestShutdownEventFollowsThePeer: Terminate(true) tells the peer device, which ends its
+// side of the same link group (opposite role, same id) and nothing else.
+func TestShutdownEventFollowsThePeer(t *testing.T) {
+	a := openDevice(t, ism.Config{})
+	b := openDevice(t, ism.Config{})
+	c := openDevice(t, ism.Config{})
+	tA, tB, tC := smcd.NewGroups(a), smcd.NewGroups(b), smcd.NewGroups(c)
+	create := func(tab *smcd.Groups, peer *ism.Device, role smcd.Role, id byte) *smcd.LinkGroup {
+		g, err := tab.Create(peer.GID(), role, [4]byte{id, 0xA, 0xB, 0xC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Terminate(false) })
+		return g
+	}
+	alive := func(g *smcd.LinkGroup) bool {
+		m, _, err := g.GetDMB(ism.MinDMBSize)
+		if err != nil {
+			return false
+		}
+		g.PutDMB(m, true)
+		return true
+	}
+
+	ab := create(tA, b, smcd.RoleClient, 1)       // A dialed B
+	ba := create(tB, a, smcd.RoleServer, 1)       // B's side of it
+	baClient := create(tB, a, smcd.RoleClient, 1) // B dialed A: same id, other group
+	abServer := create(tA, b, smcd.RoleServer, 1) // A's side of that
+	ca := create(tC, a, smcd.RoleServer, 1)       // C accepted from A with the same id
+	ac := create(tA, c, smcd.RoleClient, 1)       // A's side of that
+
+	before := smcd.Stats()
+	ab.Terminate(true)
+	expectDelta(t, "Terminate(true) of A's client group with B", before, smcd.BufferStats{Terminated: 2})
+	if tB.Find(a.GID(), smcd.RoleServer) != nil || alive(ba) {
+		t.Error("B's server group with A survived A's SHUTDOWN")
+	}
+	for _, s := range []struct {
+		name string
+		tab  *smcd.Groups
+		peer *ism.Device
+		role smcd.Role
+		g    *smcd.LinkGroup
+	}{
+		{"B's client group with A", tB, a, smcd.RoleClient, baClient},
+		{"A's server group with B", tA, b, smcd.RoleServer, abServer},
+		{"C's server group with A", tC, a, smcd.RoleServer, ca},
+		{"A's client group with C", tA, c, smcd.RoleClient, ac},
+	} {
+		if s.tab.Find(s.peer.GID(), s.role) != s.g || !alive(s.g) {
+			t.Errorf("%s was terminated", s.name)
+		}
+	}
+
+	// The other direction: B's client group ends A's server group.
+	before = smcd.Stats()
+	baClient.Terminate(true)
+	expectDelta(t, "Terminate(true) of B's client group with A", before, smcd.BufferStats{Terminated: 2})
+	if tA.Find(b.GID(), smcd.RoleServer) != nil || alive(abServer) {
+		t.Error("A's server group with B survived B's SHUTDOWN")
+	}
+
+	// A SHUTDOWN for another id leaves the peer's current group alone.
+	old := create(tA, c, smcd.RoleServer, 7)
+	cur := create(tC, a, smcd.RoleClient, 8)
+	before = smcd.Stats()
+	old.Terminate(true)
+	expectDelta(t, "SHUTDOWN with a stale id", before, smcd.BufferStats{Terminated: 1})
+	if tC.Find(a.GID(), smcd.RoleClient) != cur || !alive(cur) {
+		t.Error("a SHUTDOWN for id 7 ended the group with id 8")
+	}
+
+	// Terminate(false) tells nobody.
+	before = smcd.Stats()
+	ac.Terminate(false)
+	expectDelta(t, "Terminate(false)", before, smcd.BufferStats{Terminated: 1})
+	if tC.Find(a.GID(), smcd.RoleServer) != ca || !alive(ca) {
+		t.Error("Terminate(false) reached the peer")
+	}
+
+	// A peer device that is gone does not make Terminate(true) fail or hang. (d never
+	// connected to A, so A learns of its end only through the failed signal.)
+	d := openDevice(t, ism.Config{})
+	gone := create(tA, d, smcd.RoleClient, 9)
+	d.Close()
+	before = smcd.Stats()
+	gone.Terminate(true)
+	expectDelta(t, "Terminate(true) towards a closed device", before, smcd.BufferStats{Terminated: 1})
+}
+
+func TestTerminatePeerEndsBothRoles(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	server, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{5, 5, 5, 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := openDevice(t, ism.Config{})
+	other, err := p.tA.Create(third.GID(), smcd.RoleClient, [4]byte{6, 6, 6, 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Terminate(false)
+	before := smcd.Stats()
+	p.tA.TerminatePeer(p.devB.GID())
+	expectDelta(t, "TerminatePeer", before, smcd.BufferStats{Terminated: 2})
+	if p.tA.Find(p.devB.GID(), smcd.RoleClient) != nil || p.tA.Find(p.devB.GID(), smcd.RoleServer) != nil {
+		t.Error("a group with the terminated peer is still found")
+	}
+	if _, _, err := server.GetDMB(ism.MinDMBSize); err == nil {
+		t.Error("the server-role group is still alive")
+	}
+	if p.tA.Find(third.GID(), smcd.RoleClient) != other {
+		t.Error("TerminatePeer ended a group with another peer")
+	}
+	if p.tB.Find(p.devA.GID(), smcd.RoleServer) != p.gB {
+		t.Error("TerminatePeer signalled the peer")
+	}
+}
+
+// waitFor polls cond (set by another goroutine's event handling) until it holds or 10s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPeerDeviceGoneTerminatesItsGroups: when the peer device goes away (its connection
+// to our device ends), every link group with it ends, in both roles, and no other.
+func TestPeerDeviceGoneTerminatesItsGroups(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false) // both devices now talk to each other
+	server, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{3, 3, 3, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := openDevice(t, ism.Config{})
+	other, err := p.tA.Create(third.GID(), smcd.RoleClient, [4]byte{4, 4, 4, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Terminate(false)
+	idle := getDMB(t, p.gA, ism.MinDMBSize)
+	p.gA.PutDMB(idle, true)
+	if got := p.devA.Stats().DMBsRegistered; got != 2 {
+		t.Fatalf("%d DMBs registered on A, want 2", got)
+	}
+
+	before := smcd.Stats()
+	p.devB.Close()
+	waitFor(t, "A's groups with the closed device end", func() bool {
+		return p.tA.Find(p.devB.GID(), smcd.RoleClient) == nil && p.tA.Find(p.devB.GID(), smcd.RoleServer) == nil
+	})
+	expectDelta(t, "peer device gone", before, smcd.BufferStats{Terminated: 2})
+	if _, _, err := server.GetDMB(ism.MinDMBSize); err == nil {
+		t.Error("the server-role group with the vanished peer still hands out DMBs")
+	}
+	if got := p.devA.Stats().DMBsRegistered; got != 1 {
+		t.Errorf("%d DMBs registered on A, want 1 (the idle one released, the one in use kept)", got)
+	}
+	if p.tA.Find(third.GID(), smcd.RoleClient) != other {
+		t.Error("a group with another device ended too")
+	}
+	// The connection still closes cleanly: its DMB goes back to the device.
+	c.la.Close(true)
+	if got := p.devA.Stats().DMBsRegistered; got != 0 {
+		t.Errorf("%d DMBs registered on A after the last connection closed, want 0", got)
+	}
+}
+
+func TestFindOrCreate(t *testing.T) {
+	a := openDevice(t, ism.Config{})
+	b := openDevice(t, ism.Config{})
+	tab := smcd.NewGroups(a)
+	t.Cleanup(func() { tab.TerminatePeer(b.GID()) })
+	x, y := [4]byte{1, 1, 1, 1}, [4]byte{2, 2, 2, 2}
+
+	before := smcd.Stats()
+	g1, created, err := tab.FindOrCreate(b.GID(), smcd.RoleClient, x)
+	if err != nil || !created || g1.ID() != x {
+		t.Fatalf("first FindOrCreate: id %x created=%v %v", g1.ID(), created, err)
+	}
+	expectDelta(t, "first FindOrCreate", before, smcd.BufferStats{LinkGroups: 1})
+
+	before = smcd.Stats()
+	for _, id := range [][4]byte{x, {}} {
+		g, created, err := tab.FindOrCreate(b.GID(), smcd.RoleClient, id)
+		if err != nil || created || g != g1 {
+			t.Errorf("FindOrCreate(id %x) = %p created=%v %v; want the existing %p", id, g, created, err, g1)
+		}
+	}
+	expectDelta(t, "finding", before, smcd.BufferStats{})
+
+	// Another id means the peer started a new group: the old one is replaced and retired.
+	g2, created, err := tab.FindOrCreate(b.GID(), smcd.RoleClient, y)
+	if err != nil || !created || g2 == g1 || g2.ID() != y {
+		t.Fatalf("FindOrCreate with a new id: %x created=%v %v", g2.ID(), created, err)
+	}
+	if _, _, err := g1.GetDMB(ism.MinDMBSize); err == nil {
+		t.Error("the replaced group still hands out DMBs")
+	}
+	if tab.Find(b.GID(), smcd.RoleClient) != g2 {
+		t.Error("Find does not return the new group")
+	}
+
+	// The server side picks a random id; the roles are separate groups.
+	s, created, err := tab.FindOrCreate(b.GID(), smcd.RoleServer, [4]byte{})
+	if err != nil || !created || s.ID() == ([4]byte{}) || s == g2 {
+		t.Fatalf("server FindOrCreate: id %x created=%v %v", s.ID(), created, err)
+	}
+
+	// A terminated group is not found again.
+	g2.Terminate(false)
+	g3, created, err := tab.FindOrCreate(b.GID(), smcd.RoleClient, y)
+	if err != nil || !created || g3 == g2 {
+		t.Fatalf("FindOrCreate after Terminate: created=%v %v (same group %v)", created, err, g3 == g2)
+	}
+}
+
+// TestFindOrCreateConcurrentFirstContact: connections racing to the same peer agree on
+// one link group.
+func TestFindOrCreateConcurrentFirstContact(t *testing.T) {
+	a := openDevice(t, ism.Config{})
+	b := openDevice(t, ism.Config{})
+	for round := range 200 {
+		tab := smcd.NewGroups(a)
+		const n = 16
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		groups := make([]*smcd.LinkGroup, n)
+		createdBy := make([]bool, n)
+		before := smcd.Stats()
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				g, created, err := tab.FindOrCreate(b.GID(), smcd.RoleServer, [4]byte{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				groups[i], createdBy[i] = g, created
+			}()
+		}
+		close(start)
+		wg.Wait()
+		creators := 0
+		for i := range n {
+			if groups[i] != groups[0] {
+				t.Fatalf("round %d: goroutines got different groups (%x and %x)", round, groups[0].ID(), groups[i].ID())
+			}
+			if createdBy[i] {
+				creators++
+			}
+		}
+		if creators != 1 {
+			t.Fatalf("round %d: %d goroutines report creating the group, want 1", round, creators)
+		}
+		expectDelta(t, "concurrent first contact", before, smcd.BufferStats{LinkGroups: 1})
+		groups[0].Terminate(false)
+	}
+}
