@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/smcloop/smcloop/shm"
 )
 
@@ -167,20 +169,34 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
 		_, err := c.Write(wireMsg{op: statusOK}.marshal())
 		return err
 	case opAttach:
-		// Hold the lock while the fds are sent so the DMB cannot be released under us.
+		// Look the DMB up and duplicate its fds under the lock, then send without it and
+		// with a deadline: a peer that stops reading can neither release the DMB under us
+		// nor hold the device.
 		d.mu.Lock()
-		defer d.mu.Unlock()
 		m, ok := d.dmbs[req.token]
-		if !ok {
-			_, err := c.Write(wireMsg{op: statusNoDMB, token: req.token}.marshal())
+		var fds []int
+		var rep wireMsg
+		switch {
+		case !ok:
+			rep = wireMsg{op: statusNoDMB, token: req.token}
+		case int(req.size) != m.Size():
+			rep = wireMsg{op: statusBadSize, token: req.token, size: uint32(m.Size())}
+		default:
+			rep = wireMsg{op: statusOK, token: req.token, size: uint32(m.Size())}
+			var err error
+			if fds, err = dupFds(m.region.Fd(), m.Data.Fd(), m.Space.Fd()); err != nil {
+				rep = wireMsg{op: statusBadOp, token: req.token}
+			}
+		}
+		d.mu.Unlock()
+		defer closeFds(fds)
+		c.SetWriteDeadline(time.Now().Add(exchangeTimeout))
+		defer c.SetWriteDeadline(time.Time{})
+		if fds == nil {
+			_, err := c.Write(rep.marshal())
 			return err
 		}
-		if int(req.size) != m.Size() {
-			_, err := c.Write(wireMsg{op: statusBadSize, token: req.token, size: uint32(m.Size())}.marshal())
-			return err
-		}
-		rep := wireMsg{op: statusOK, token: req.token, size: uint32(m.Size())}.marshal()
-		if err := shm.SendFds(c, rep, m.region.Fd(), m.Data.Fd(), m.Space.Fd()); err != nil {
+		if err := shm.SendFds(c, rep.marshal(), fds...); err != nil {
 			return err
 		}
 		d.attachesServed.Add(1)
@@ -194,13 +210,15 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
 // peerConn is this device's connection to a remote device, one per remote GID, reused for
 // every query and attach towards it (requests are serialised by mu).
 type peerConn struct {
-	mu sync.Mutex
-	c  *net.UnixConn
+	mu   sync.Mutex
+	c    *net.UnixConn
+	dead bool // dropped from the device's table
 }
 
 func (p *peerConn) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.dead = true // a request queued behind us must not dial a connection nobody owns
 	if p.c != nil {
 		p.c.Close()
 		p.c = nil
@@ -225,6 +243,9 @@ func (d *Device) peer(g GID) (*peerConn, error) {
 func (p *peerConn) dialLocked(g GID) error {
 	if p.c != nil {
 		return nil
+	}
+	if p.dead {
+		return fmt.Errorf("%w: %s: device gone", ErrUnreachable, g)
 	}
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: g.socketName(), Net: "unixpacket"})
 	if err != nil {
@@ -294,6 +315,20 @@ func exchange(c *net.UnixConn, req wireMsg, maxFds int) (wireMsg, []int, error) 
 		return wireMsg{}, nil, err
 	}
 	return rep, fds, nil
+}
+
+// dupFds duplicates fds (close-on-exec); on failure none are left open.
+func dupFds(fds ...int) ([]int, error) {
+	out := make([]int, 0, len(fds))
+	for _, fd := range fds {
+		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			closeFds(out)
+			return nil, err
+		}
+		out = append(out, nfd)
+	}
+	return out, nil
 }
 
 func closeFds(fds []int) {

@@ -168,6 +168,23 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 	}
 }
 
+// TestAttachOwnDMB: a process whose dialer and listener share one device attaches its
+// own DMBs through the same socket path.
+func TestAttachOwnDMB(t *testing.T) {
+	d := openDevice(t, ism.Config{})
+	m := register(t, d, ism.MinDMBSize)
+	r := attach(t, d, d, m)
+	if err := r.MoveData(100, []byte("loop"), true); err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Bytes()[100:104]) != "loop" || !m.Data.TryConsume() {
+		t.Fatal("self-attached DMB does not reach the owner")
+	}
+	if st := d.Stats(); st.AttachesMade != 1 || st.AttachesServed != 1 {
+		t.Errorf("stats %+v, want one attach made and served", st)
+	}
+}
+
 func TestMoveData(t *testing.T) {
 	owner := openDevice(t, ism.Config{})
 	peer := openDevice(t, ism.Config{})

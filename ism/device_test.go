@@ -34,7 +34,7 @@ func TestOpenGivesDistinctLoopbackDevices(t *testing.T) {
 	if a.MaxDMBs() != ism.DefaultMaxDMBs || b.MaxDMBs() != 7 {
 		t.Errorf("MaxDMBs = %d, %d; want %d, 7", a.MaxDMBs(), b.MaxDMBs(), ism.DefaultMaxDMBs)
 	}
-	if (ism.GID{}).IsZero() != true || (ism.GID{Ext: 1}).IsZero() {
+	if !(ism.GID{}).IsZero() || (ism.GID{Ext: 1}).IsZero() {
 		t.Errorf("IsZero wrong for {0,0} or {0,1}")
 	}
 }

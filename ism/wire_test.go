@@ -74,10 +74,11 @@ type fakeDevice struct {
 	gid     GID
 	ln      *net.UnixListener
 	wg      sync.WaitGroup // accept loop and connections
-	connWG  sync.WaitGroup // connections only
 	mu      sync.Mutex
+	idle    *sync.Cond // signalled (with mu) when a connection ends
 	conns   []*net.UnixConn
 	accepts int
+	active  int // connections being served
 }
 
 func newFakeDevice(t *testing.T, reply func(req wireMsg) ([]byte, []int)) *fakeDevice {
@@ -88,6 +89,7 @@ func newFakeDevice(t *testing.T, reply func(req wireMsg) ([]byte, []int)) *fakeD
 		t.Fatal(err)
 	}
 	f.ln = ln
+	f.idle = sync.NewCond(&f.mu)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -99,13 +101,18 @@ func newFakeDevice(t *testing.T, reply func(req wireMsg) ([]byte, []int)) *fakeD
 			f.mu.Lock()
 			f.conns = append(f.conns, c)
 			f.accepts++
+			f.active++
 			f.mu.Unlock()
 			f.wg.Add(1)
-			f.connWG.Add(1)
 			go func() {
 				defer f.wg.Done()
-				defer f.connWG.Done()
-				defer c.Close()
+				defer func() {
+					c.Close()
+					f.mu.Lock()
+					f.active--
+					f.idle.Broadcast()
+					f.mu.Unlock()
+				}()
 				buf := make([]byte, 64)
 				for {
 					n, err := c.Read(buf)
@@ -137,6 +144,15 @@ func newFakeDevice(t *testing.T, reply func(req wireMsg) ([]byte, []int)) *fakeD
 		f.wg.Wait()
 	})
 	return f
+}
+
+// waitIdle returns once every connection made so far has ended.
+func (f *fakeDevice) waitIdle() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.active > 0 {
+		f.idle.Wait()
+	}
 }
 
 func (f *fakeDevice) acceptCount() int {
@@ -275,7 +291,7 @@ func TestAttachRefusesHostileReplies(t *testing.T) {
 			// A broken exchange drops the connection (and the redialled one): once the
 			// fake device has seen both hang up, compare without the first.
 			if errors.Is(err, ErrUnreachable) {
-				f.connWG.Wait()
+				f.waitIdle()
 				base -= 2
 			}
 			if got := countFDs(t); got != base {

@@ -56,6 +56,7 @@ type Link struct {
 
 	ringsSent, ringsSuppressed, sleeps, moves atomic.Uint64
 	rungReader, rungWriter                    atomic.Uint64 // last sleep epoch rung, tagged
+	sleeping                                  atomic.Uint64 // local sleepers (private copy of our wake bits)
 }
 
 // New builds the link over the local DMB rx and the attached peer DMB tx, both obtained
@@ -170,10 +171,16 @@ func (l *Link) ringOnce(last *atomic.Uint64, epoch uint64) bool {
 // Announce tells the peer that the local reader (WakeReader) or writer (WakeWriter) is
 // about to sleep, opening a new sleep epoch. The caller must re-check its condition
 // afterwards, then Wait, and Retract in any case.
-func (l *Link) Announce(bit uint64) { l.rxA.AddWake(bit | cdc.WakeEpoch) }
+func (l *Link) Announce(bit uint64) {
+	l.sleeping.Or(bit)
+	l.rxA.AddWake(bit | cdc.WakeEpoch)
+}
 
 // Retract withdraws an announcement.
-func (l *Link) Retract(bit uint64) { l.rxA.AndWake(^bit) }
+func (l *Link) Retract(bit uint64) {
+	l.rxA.AndWake(^bit)
+	l.sleeping.And(^bit)
+}
 
 func (l *Link) bell(bit uint64) *shm.Doorbell {
 	if bit == cdc.WakeReader {
@@ -193,11 +200,12 @@ func (l *Link) Wait(bit uint64) error {
 func (l *Link) SetDeadline(bit uint64, t time.Time) error { return l.bell(bit).SetDeadline(t) }
 
 // WakeLocal rings this side's own doorbells for each local reader or writer that
-// announced sleep, so it re-checks the connection state (close, abort, peer death). The
-// caller stores the state change before calling (sequentially consistent, as the
-// sleeper's announcement is), so a sleeper either sees the change or is rung.
+// announced sleep, so it re-checks the connection state (close, abort, peer death). It
+// goes by the private record of sleepers, not by the wake word, which the peer can
+// overwrite. The caller stores the state change before calling (sequentially consistent,
+// as the sleeper's announcement is), so a sleeper either sees the change or is rung.
 func (l *Link) WakeLocal() {
-	w := l.rxA.LoadWake()
+	w := l.sleeping.Load()
 	if w&cdc.WakeReader != 0 {
 		l.rx.Data.Ring()
 	}

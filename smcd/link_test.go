@@ -10,6 +10,7 @@ import (
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/shm"
 	"github.com/smcloop/smcloop/smcd"
 )
 
@@ -237,7 +238,7 @@ func TestCopyModeMovesBytesOnPush(t *testing.T) {
 	if !bytes.Equal(ring[:200], tx[:200]) {
 		t.Error("wrapping span: the head of the ring differs from the send buffer")
 	}
-	if i := bytes.IndexFunc(ring[200:off], func(r rune) bool { return r != 0 }); i >= 0 {
+	if i := firstNonZero(ring[200:off]); i >= 0 {
 		t.Errorf("wrapping span: byte %d outside the span was written", 200+i)
 	}
 	cdcAfter := c.rxB.Bytes()[:cdc.AreaSize]
@@ -301,12 +302,27 @@ func TestWaitDeadlineAndWakeLocal(t *testing.T) {
 		}
 	}
 
-	// WakeLocal rings both of B's own doorbells.
+	// WakeLocal rings B's own doorbells, each only if its side announced sleep.
 	c.lb.WakeLocal()
-	for _, bit := range []uint64{smcd.WakeReader, smcd.WakeWriter} {
-		if err := c.lb.Wait(bit); err != nil {
-			t.Errorf("Wait(%d) after WakeLocal: %v", bit, err)
+	if c.rxB.Data.TryConsume() || c.rxB.Space.TryConsume() {
+		t.Error("WakeLocal rang with no local sleeper")
+	}
+	for _, s := range []struct {
+		bit   uint64
+		quiet *shm.Doorbell // the other side's doorbell, which must stay silent
+	}{
+		{smcd.WakeReader, c.rxB.Space},
+		{smcd.WakeWriter, c.rxB.Data},
+	} {
+		c.lb.Announce(s.bit)
+		c.lb.WakeLocal()
+		if s.quiet.TryConsume() {
+			t.Errorf("WakeLocal with only sleeper %d rang the other doorbell", s.bit)
 		}
+		if err := c.lb.Wait(s.bit); err != nil {
+			t.Errorf("Wait(%d) after WakeLocal: %v", s.bit, err)
+		}
+		c.lb.Retract(s.bit)
 	}
 	if c.rxA.Data.TryConsume() || c.rxA.Space.TryConsume() {
 		t.Error("B's WakeLocal rang A")
@@ -326,6 +342,25 @@ func TestWaitDeadlineAndWakeLocal(t *testing.T) {
 		t.Errorf("writer Wait after a publication: %v", err)
 	}
 	c.la.Retract(smcd.WakeWriter)
+}
+
+// TestWakeLocalWithPeerClearedWakeWord: the wake word sits in the local DMB, which the
+// peer maps read-write. A local wake-up (close, abort, peer death) must reach a local
+// sleeper whatever the peer wrote there; otherwise a Read blocked without a deadline is
+// never woken, and Conn.Close, which waits for that Read, never returns.
+func TestWakeLocalWithPeerClearedWakeWord(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+	c.lb.SetDeadline(smcd.WakeReader, time.Now().Add(2*time.Second))
+	c.lb.Announce(smcd.WakeReader)
+	// The peer (A) stores zero into B's wake word through its mapping of B's DMB.
+	area(t, c.txA.Bytes()).AndWake(0)
+	c.lb.WakeLocal()
+	if err := c.lb.Wait(smcd.WakeReader); err != nil {
+		t.Errorf("local reader not woken by WakeLocal after the peer cleared the wake word: %v "+
+			"(WakeLocal decides from peer-writable shared memory)", err)
+	}
+	c.lb.Retract(smcd.WakeReader)
 }
 
 // sleepUntil waits for cond the way the connection core does: announce, re-check, wait,

@@ -80,7 +80,7 @@ func (g *LinkGroup) ID() [4]byte { return g.id }
 // Peer is the peer device's GID.
 func (g *LinkGroup) Peer() ism.GID { return g.peer }
 
-// GetDMB returns a zeroed local DMB of size bytes, reused from the group if one is idle,
+// GetDMB returns a local DMB of size bytes with a zeroed CDC area, reused from the group if one is idle,
 // else newly registered. If the device refuses (DMB limit) it downgrades to the largest
 // smaller idle DMB, like the kernel's walk down the buffer sizes. The bool reports a
 // downgrade. ism.ErrNoSpace means nothing could be had.

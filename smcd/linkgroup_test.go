@@ -47,8 +47,10 @@ func TestGetDMBReusesAfterPeerDone(t *testing.T) {
 	if m2 != m {
 		t.Fatalf("got DMB %#x, want the idle %#x back", m2.Token(), m.Token())
 	}
-	if i := firstNonZero(m2.Bytes()); i >= 0 {
-		t.Fatalf("reused DMB not zeroed: byte %d = %#x", i, m2.Bytes()[i])
+	// The CDC area (cursors, flags, wake word) starts from zero for the new connection;
+	// the ring keeps the old bytes, which no reader sees before the producer cursor moves.
+	if i := firstNonZero(m2.Bytes()[:cdc.AreaSize]); i >= 0 {
+		t.Fatalf("reused DMB's CDC area not reset: byte %d = %#x", i, m2.Bytes()[i])
 	}
 
 	// An idle DMB of another size is not handed out for this size.
@@ -98,8 +100,8 @@ func TestPutDMBLingersUntilPeerCloses(t *testing.T) {
 			if again != m {
 				t.Fatalf("got %#x, want the lingering DMB %#x once the peer closed", again.Token(), m.Token())
 			}
-			if i := firstNonZero(again.Bytes()); i >= 0 {
-				t.Fatalf("reused DMB not zeroed at byte %d", i)
+			if i := firstNonZero(again.Bytes()[:cdc.AreaSize]); i >= 0 {
+				t.Fatalf("reused DMB's CDC area not reset at byte %d", i)
 			}
 
 			// Zeroing cleared the old close flag: returned again without the peer being
@@ -134,6 +136,7 @@ func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
 	g := p.gA
 	small := getDMB(t, g, ism.MinDMBSize)
 	mid := getDMB(t, g, 32<<10)
+	dirty(small)
 	g.PutDMB(small, true)
 
 	// The device is full; a 64 KiB request walks down past 32 KiB (none idle) to 16 KiB.
@@ -146,6 +149,9 @@ func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
 		t.Fatalf("GetDMB(64 KiB) = %d bytes, downgraded=%v; want the idle 16 KiB DMB, downgraded", m.Size(), down)
 	}
 	expectDelta(t, "downgrade", before, smcd.BufferStats{RMBReuse: 1, RMBDowngrade: 1})
+	if i := firstNonZero(m.Bytes()[:cdc.AreaSize]); i >= 0 {
+		t.Errorf("downgraded DMB's CDC area not reset at byte %d", i)
+	}
 	if st := p.devA.Stats(); st.RegisterFailures != 1 {
 		t.Errorf("device RegisterFailures = %d, want 1", st.RegisterFailures)
 	}

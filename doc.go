@@ -1,0 +1,33 @@
+// Package smcloop is SMC-D (Shared Memory Communications over an ISM device, RFC 7609
+// and the SMCv2 protocol of Linux net/smc) in user space: a net.Conn and a net.Listener
+// for fast communication between processes on one host.
+//
+// Two processes open an ordinary TCP connection and run the SMC CLC handshake over it.
+// If both sides can, the bytes then flow through shared memory: each side owns a DMB (a
+// sealed memfd, its receive ring) that the other maps and writes into directly, with
+// eventfd doorbells for wake-ups; the TCP connection stays open only as the liveness
+// channel. If either side says no, the same TCP connection carries the bytes: a
+// transparent fallback, with the kernel's decline codes to say why.
+//
+//	ln, _ := smcloop.Listen("tcp", "127.0.0.1:7000")   // server process
+//	c, _ := ln.Accept()
+//
+//	c, _ := smcloop.Dial("tcp", "127.0.0.1:7000")       // client process
+//	fmt.Println(c.Mode())                               // "SMCD", or "TCP 0x03010000/..."
+//
+// A dialer speaks CLC only to a local smcloop listener and a listener expects it only
+// from an smcloop dialer (docs/CAPABILITY.md), so either works unchanged against plain
+// TCP peers, whichever side speaks first.
+//
+// Beyond net.Conn, *Conn has the SMC socket's controls: SetCork (TCP_CORK), WriteMore
+// (MSG_MORE), SetNoDelay, CloseWrite and CloseRead, ReadFrom (sendfile: a file's pages go
+// straight into the peer's buffer) and WriteTo, and it reports what is on the wire
+// (UsingSMC, Mode, FallbackReason, State) and its counters (Stats). Settings come from
+// Config and ListenConfig, with process defaults from SMCLOOP_* environment variables
+// (docs/TUNING.md).
+//
+// The packages below the module root are the layers: shm (memfd regions, eventfd
+// doorbells, fd passing), ism (the emulated ISM device), cdc (cursors and the CDC area),
+// clc (handshake messages), smcd (the SMC-D backend and link groups), smcr (SMC-R wire
+// parts). docs/ARCHITECTURE.md describes the design as built.
+package smcloop
