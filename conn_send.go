@@ -89,8 +89,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 		return io.Copy(tcpOnly{c}, r)
 	}
-	// A file: *os.File itself, or the wrapper os.File.WriteTo hands to io.Copy.
-	if _, ok := r.(interface{ Stat() (os.FileInfo, error) }); ok {
+	if isFile(r) {
 		c.sendfileCalls.Add(1)
 	}
 	c.txCalls.Add(1)
@@ -128,6 +127,20 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		// still pushes.
 		c.flushLocked(false, 0, false)
 	}
+}
+
+// autocorkBacklog is how many times the bytes held back the peer must still have
+// published and unconsumed for autocorking to hold a write.
+const autocorkBacklog = 4
+
+// isFile reports whether r reads a file: *os.File itself, the wrapper os.File.WriteTo
+// hands to io.Copy, or either behind an io.LimitedReader (as net/http passes bodies).
+func isFile(r io.Reader) bool {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		r = lr.R
+	}
+	_, ok := r.(interface{ Stat() (os.FileInfo, error) })
+	return ok
 }
 
 // send is Write and WriteMore on SMC.
@@ -285,8 +298,13 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 	if splitting {
 		st.autosplit = c.cfg.autosplit
 	}
-	// The consumer cursor as this write last saw it: no extra shared load per write.
-	st.peerBehind = c.txCons != c.txProd
+	// The consumer cursor as this write last saw it: no extra shared load per write. The
+	// peer counts as behind while it still has several times as much published data to
+	// consume as would be held back: then a held write costs it nothing, while holding
+	// more would leave it idle waiting (measured: holding more than a quarter of the
+	// backlog loses for writes of 1 KiB and up).
+	backlog := cdc.Diff(c.txSize, c.txCons, c.txProd)
+	st.peerBehind = backlog > 0 && backlog >= autocorkBacklog*pending
 	push, why := flushDecision(st)
 	switch why {
 	case pushSplit:

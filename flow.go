@@ -33,7 +33,7 @@ type flushState struct {
 	corked     bool // Cork is set
 	more       bool // the current write carries "more is coming"
 	autocork   int  // corking size, min(send space / 2, AutocorkSize); 0 disables
-	peerBehind bool // the peer has not yet consumed everything we published
+	peerBehind bool // the peer still has several times the pending bytes published and unconsumed
 }
 
 // flushDecision says whether to publish the pending bytes now. The rules, in order:
@@ -46,10 +46,12 @@ type flushState struct {
 //     the sender still copies in); otherwise keep copying.
 //  4. A write that ended while corked, or that carried "more is coming", waits for the
 //     uncork or for a later write without "more" (seed 000: no timer).
-//  5. Autocorking: while the peer has not consumed the previous push, a small amount
-//     (up to the corking size) waits to go out with what follows; the push happens when
-//     the peer has consumed (the flusher) or with a later write. A lone message always
-//     finds the peer caught up, so it never waits.
+//  5. Autocorking: while the peer has not consumed the previous push — it still has
+//     several times as much published data to work through as would be held back — a small
+//     amount (up to the corking size) waits to go out with what follows; the push
+//     happens with a later write, or when the peer has consumed (the flusher). A lone
+//     message always finds the peer caught up, so it never waits; and the peer is never
+//     left idle while bytes are held for it.
 //  6. Otherwise publish.
 func flushDecision(s flushState) (bool, flushReason) {
 	switch {

@@ -41,17 +41,34 @@ never send their proposal) and meanwhile makes short-lived connections, plain TC
 clients first and then the transport's own, for at most --overload-time each.
 Default servers: ` + strings.Join(bench.DefaultOverloadTransports, ",") + `.
 
---mode all runs ping-pong, stream, conn and overload, each with its own default
-transports unless --transports names them (the default shown is ping-pong's and stream's).`,
+--mode http runs a net/http server in the server process that serves a --http-size
+file, written to a temporary directory, to --http-conns keep-alive connections of a
+load generator in this process, for --duration after --warmup (nginx and wrk -c 100).
+--transports then names servers as TRANSPORT:METHOD: sendfile corks the connection,
+serves the file with http.ServeContent (the body goes through the connection's
+ReadFrom: sendfile(2) on TCP, page cache to the peer's DMB on smcloop) and uncorks;
+write reads the file and writes it, uncorked. Every response body is verified. It
+reports requests/s, request times, failures (the command then exits with status 1) and
+the server's send-path counters. Default servers: ` + strings.Join(bench.DefaultHTTPServers, ",") + `.
+
+--mode all runs ping-pong, stream, conn, overload and http, each with its own default
+transports unless --transports names them (the default shown is ping-pong's and stream's).
+
+--preset NAME stands for the options that reproduce one seed's table; options given
+explicitly override it. The presets:
+` + presetHelp(),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "transports", Aliases: []string{"t"}, Value: strings.Join(bench.Defaults(), ","),
 				Usage: "transports to compare, comma-separated (known: " + strings.Join(bench.Registered(), ", ") + ")"},
+			&cli.StringFlag{Name: "preset", Usage: "reproduce a seed's table: " + strings.Join(bench.PresetNames(), ", ") + " (see above)"},
 			&cli.StringFlag{Name: "mode", Value: "both",
-				Usage: "lat (ping-pong latency), bw (stream throughput), both, conn (short-lived connections), overload (stalled handshakes) or all"},
+				Usage: "lat (ping-pong latency), bw (stream throughput), both, conn (short-lived connections), overload (stalled handshakes), http (a file server) or all"},
 			&cli.IntFlag{Name: "conns", Value: 10000, Usage: "conn and overload modes: connections per transport and round"},
 			&cli.IntFlag{Name: "concurrency", Value: 256, Usage: "conn and overload modes: connections in progress at once"},
 			&cli.IntFlag{Name: "stalls", Value: 2 * smcloop.DefaultHandshakeWorkers, Usage: "overload mode: handshakes held open"},
 			&cli.DurationFlag{Name: "overload-time", Value: bench.DefaultOverloadLimit, Usage: "overload mode: time limit per client kind"},
+			&cli.IntFlag{Name: "http-conns", Value: bench.DefaultHTTPConns, Usage: "http mode: keep-alive connections making requests at once"},
+			&cli.StringFlag{Name: "http-size", Value: bench.FormatSize(bench.DefaultHTTPFileSize), Usage: "http mode: size of the served file"},
 			&cli.StringFlag{Name: "lat-sizes", Value: "14,1K,16K,64K", Usage: "ping-pong message sizes"},
 			&cli.StringFlag{Name: "bw-sizes", Value: "64,1K,16K,64000,256K", Usage: "stream message sizes"},
 			&cli.DurationFlag{Name: "duration", Aliases: []string{"d"}, Value: time.Second, Usage: "measured time per point, transport and round"},
@@ -81,8 +98,21 @@ func runBench(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return fmt.Errorf("bench: unexpected arguments %q", c.Args().Slice())
 	}
+	var preset *bench.Preset
+	if name := c.String("preset"); name != "" {
+		p, err := bench.LookupPreset(name)
+		if err != nil {
+			return fmt.Errorf("--preset: %w", err)
+		}
+		for _, o := range p.Expand(c.IsSet) {
+			if err := c.Set(o.Name, o.Value); err != nil {
+				return fmt.Errorf("--preset %s: --%s %s: %w", name, o.Name, o.Value, err)
+			}
+		}
+		preset = &p
+	}
 	mode := c.String("mode")
-	var lat, bw, conn, overload bool
+	var lat, bw, conn, overload, httpMode bool
 	switch mode {
 	case "lat":
 		lat = true
@@ -94,10 +124,12 @@ func runBench(c *cli.Context) error {
 		conn = true
 	case "overload":
 		overload = true
+	case "http":
+		httpMode = true
 	case "all":
-		lat, bw, conn, overload = true, true, true, true
+		lat, bw, conn, overload, httpMode = true, true, true, true, true
 	default:
-		return fmt.Errorf("--mode %q: want lat, bw, both, conn, overload or all", mode)
+		return fmt.Errorf("--mode %q: want lat, bw, both, conn, overload, http or all", mode)
 	}
 	// The transports of each part: the ones named, else the part's defaults.
 	transportsFor := func(defaults []string) ([]bench.Transport, error) {
@@ -148,6 +180,35 @@ func runBench(c *cli.Context) error {
 			return fmt.Errorf("--overload-time %v: must be positive", overloadCfg.Limit)
 		}
 	}
+	var httpCfg *bench.HTTPConfig
+	if httpMode {
+		names := splitList(c.String("transports"))
+		if !c.IsSet("transports") {
+			names = availableHTTPServers()
+		}
+		servers, err := bench.ResolveHTTPServers(names)
+		if err != nil {
+			return fmt.Errorf("--transports: %w", err)
+		}
+		size, err := bench.ParseSizes(c.String("http-size"))
+		if err != nil || len(size) != 1 {
+			return fmt.Errorf("--http-size %q: want one size such as 4K", c.String("http-size"))
+		}
+		httpCfg = &bench.HTTPConfig{Servers: servers, Conns: c.Int("http-conns"), FileSize: size[0]}
+	}
+	var compare *bench.Comparison
+	if preset != nil {
+		var measured []string
+		for _, t := range transports {
+			measured = append(measured, t.Name)
+		}
+		if httpCfg != nil {
+			for _, s := range httpCfg.Servers {
+				measured = append(measured, s.Name())
+			}
+		}
+		compare = preset.CompareFor(measured)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding this program to start servers: %w", err)
@@ -167,6 +228,11 @@ func runBench(c *cli.Context) error {
 		Command:  append([]string{"smcloop"}, os.Args[1:]...),
 		Conn:     connCfg,
 		Overload: overloadCfg,
+		HTTP:     httpCfg,
+		Compare:  compare,
+	}
+	if preset != nil {
+		cfg.Preset = preset.Name
 	}
 	perStep := cfg.Warmup + cfg.Duration
 	if conn || overload {
@@ -195,7 +261,59 @@ func runBench(c *cli.Context) error {
 	if n := res.FailedConns(); n > 0 {
 		return fmt.Errorf("bench: the connection mode had %d failures (see the table)", n)
 	}
+	if n := res.FailedRequests(); n > 0 {
+		return fmt.Errorf("bench: the HTTP mode had %d failures (see the table)", n)
+	}
 	return nil
+}
+
+// availableHTTPServers returns the default HTTP servers whose transports are registered.
+func availableHTTPServers() []string {
+	var out []string
+	for _, s := range bench.DefaultHTTPServers {
+		name, _, _ := strings.Cut(s, ":")
+		if len(bench.Available([]string{name})) == 1 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// presetHelp describes the presets for the command's help.
+func presetHelp() string {
+	var b strings.Builder
+	for _, p := range bench.Presets() {
+		b.WriteString("\n")
+		wrap(&b, fmt.Sprintf("%s: seed %s, %s.", p.Name, p.Seed, p.Summary), "  ", "    ")
+		var opts []string
+		for _, o := range p.Options {
+			if o.Value == "true" {
+				opts = append(opts, "--"+o.Name) // a boolean flag
+			} else {
+				opts = append(opts, "--"+o.Name+" "+o.Value)
+			}
+		}
+		wrap(&b, "= "+strings.Join(opts, " "), "    ", "      ")
+	}
+	return b.String()
+}
+
+// wrap writes text to b in lines of at most 88 columns, the first indented by first and
+// the rest by rest.
+func wrap(b *strings.Builder, text, first, rest string) {
+	line := first
+	for i, word := range strings.Fields(text) {
+		if i > 0 && len(line)+1+len(word) > 88 {
+			b.WriteString(line + "\n")
+			line = rest + word
+			continue
+		}
+		if i > 0 {
+			line += " "
+		}
+		line += word
+	}
+	b.WriteString(line + "\n")
 }
 
 func writeJSONFile(path string, res *bench.Results) error {

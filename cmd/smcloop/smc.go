@@ -19,30 +19,53 @@ func init() { transportRegistrars = append(transportRegistrars, registerSMC) }
 // and the difference handshake limitation makes shows.
 const slowHandshake = 20 * time.Millisecond
 
+// maxDMB is SMC-D's largest buffer (DMB), 1 MiB.
+const maxDMB = 1 << 20
+
 // registerSMC adds the smcloop transports: SMC-D with blocking doorbells, and with a
-// 200 µs busy-poll budget, and listener variants for the connection modes. Ping-pong and
-// stream refuse a connection that fell back to TCP (through the Mode hook), so TCP
-// figures can never be posted under an smcd name; the connection modes count both.
+// 200 µs busy-poll budget, send-path variants for the seed presets, and listener
+// variants for the connection modes. Ping-pong and stream refuse a connection that fell
+// back to TCP (through the Mode hook), so TCP figures can never be posted under an smcd
+// name; the connection modes count both.
 func registerSMC() {
 	on, off := true, false
 	for _, t := range []struct {
 		name string
+		desc string
 		cfg  smcloop.Config
 		lc   smcloop.ListenConfig // Config is set from cfg
 	}{
-		{"smcd", smcloop.Config{}, smcloop.ListenConfig{}},                                          // defaults: doorbells, adaptive spin
-		{"smcd-nospin", smcloop.Config{BusyPoll: -1}, smcloop.ListenConfig{}},                       // doorbells only
-		{"smcd-busypoll", smcloop.Config{BusyPoll: 200 * time.Microsecond}, smcloop.ListenConfig{}}, // 200 µs busy-poll budget
+		{"smcd", "smcloop defaults (64 KiB DMB, autocork 64 KiB, autosplit 128 KiB, unless SMCLOOP_* say otherwise)",
+			smcloop.Config{}, smcloop.ListenConfig{}}, // doorbells; busy polling only if SMCLOOP_BUSY_POLL sets it
+		{"smcd-nospin", "smcloop, busy polling off", smcloop.Config{BusyPoll: -1}, smcloop.ListenConfig{}},
+		// 1 MiB DMBs, SMC-D's largest, as the kernel's loopback-ism figures use.
+		{"smcd-1m", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB, as loopback-ism's published figures)",
+			smcloop.Config{RMem: maxDMB, WMem: maxDMB}, smcloop.ListenConfig{}},
+		{"smcd-busypoll", "smcloop, RMem/WMem 1 MiB, 200 µs busy-poll budget (give each process its own CPU: --pin)",
+			smcloop.Config{RMem: maxDMB, WMem: maxDMB, BusyPoll: 200 * time.Microsecond}, smcloop.ListenConfig{}},
+		{"smcd-copy", "smcloop, RMem/WMem 1 MiB, copying sends (own send buffer, then move_data)",
+			smcloop.Config{RMem: maxDMB, WMem: maxDMB, SendMode: smcloop.SendCopy}, smcloop.ListenConfig{}},
+		// Seed 001: autocorking off (AutocorkSize -1).
+		{"smcd-nocork", "smcloop defaults with autocorking off", smcloop.Config{AutocorkSize: -1}, smcloop.ListenConfig{}},
+		// Seed 002: 1 MiB buffers (the seed's 512 KiB wmem/rmem is above SMC-D's default;
+		// 1 MiB is its largest DMB), autosplit at its default 128 KiB and off.
+		{"smcd-1m-split", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB), autosplit 128 KiB (the default)",
+			smcloop.Config{RMem: maxDMB, WMem: maxDMB}, smcloop.ListenConfig{}},
+		{"smcd-1m-nosplit", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB), autosplit off",
+			smcloop.Config{RMem: maxDMB, WMem: maxDMB, AutosplitSize: -1}, smcloop.ListenConfig{}},
 		// Handshake limitation (SMC_LIMIT_HS) on: congested handshakes make new clients TCP.
-		{"smcd-limit", smcloop.Config{}, smcloop.ListenConfig{LimitHandshake: &on}},
+		{"smcd-limit", "smcloop, handshake limitation on", smcloop.Config{}, smcloop.ListenConfig{LimitHandshake: &on}},
 		// Every server handshake delayed by slowHandshake, without and with limitation.
-		{"smcd-slowhs", smcloop.Config{}, smcloop.ListenConfig{HandshakeDelay: slowHandshake, LimitHandshake: &off}},
-		{"smcd-slowhs-limit", smcloop.Config{}, smcloop.ListenConfig{HandshakeDelay: slowHandshake, LimitHandshake: &on}},
+		{"smcd-slowhs", "smcloop, server handshakes delayed " + slowHandshake.String(),
+			smcloop.Config{}, smcloop.ListenConfig{HandshakeDelay: slowHandshake, LimitHandshake: &off}},
+		{"smcd-slowhs-limit", "smcloop, server handshakes delayed " + slowHandshake.String() + ", handshake limitation on",
+			smcloop.Config{}, smcloop.ListenConfig{HandshakeDelay: slowHandshake, LimitHandshake: &on}},
 	} {
 		name, cfg, lc := t.name, t.cfg, t.lc
 		lc.Config = cfg
 		bench.Register(bench.Transport{
 			Name: name,
+			Desc: t.desc,
 			Listen: func(ctx context.Context) (net.Listener, error) {
 				return lc.Listen(ctx, "tcp", "127.0.0.1:0")
 			},
@@ -53,8 +76,34 @@ func registerSMC() {
 			Mode:          smcMode,
 			ListenerStats: smcListenerStats,
 			Stall:         stallDial,
+			Cork:          smcCork,
+			SendStats:     smcSendStats,
 		})
 	}
+}
+
+// smcCork sets or clears corking on an smcloop connection (TCP_CORK on a fallback).
+func smcCork(c net.Conn, on bool) error {
+	sc, ok := c.(*smcloop.Conn)
+	if !ok {
+		return fmt.Errorf("cork: not an smcloop connection (%T)", c)
+	}
+	return sc.SetCork(on)
+}
+
+// smcSendStats reads an smcloop connection's send-path counters; a connection that fell
+// back to TCP has none.
+func smcSendStats(c net.Conn) (bench.SendStats, bool) {
+	sc, ok := c.(*smcloop.Conn)
+	if !ok || !sc.UsingSMC() {
+		return bench.SendStats{}, false
+	}
+	s := sc.Stats()
+	return bench.SendStats{
+		Writes: s.SMCWrites, Bytes: s.SMCBytesSent, Pushes: s.Pushes, CorkPushes: s.CorkPushes,
+		SendfileCalls: s.SendfileCalls, Autocorked: s.Autocorked, AutosplitSegments: s.AutosplitSegments,
+		WindowUpdates: s.WindowUpdates, Rings: s.RingsSent, Sleeps: s.Sleeps, DMB: s.RMBSize, PeerDMB: s.PeerRMBSize,
+	}, true
 }
 
 // smcMode tells whether an smcloop connection uses SMC-D, and its mode as smcss shows it.

@@ -205,24 +205,33 @@ func (c *child) listenerStats(ctx context.Context) (*ListenerStats, error) {
 // stopConns ends the service of a child serving with --conns and returns its report.
 // The child is reaped in every case.
 func (c *child) stopConns(ctx context.Context) (*ServerConnStats, error) {
+	var st ServerConnStats
+	if err := c.stop(ctx, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// stop ends the service of a child that takes commands (--conns, --http) and decodes
+// its report into v. The child is reaped in every case.
+func (c *child) stop(ctx context.Context, v any) error {
 	if _, err := io.WriteString(c.stdin, "stop\n"); err != nil {
 		c.kill()
-		return nil, fmt.Errorf("stopping the server process: %w%s", err, c.reap())
+		return fmt.Errorf("stopping the server process: %w%s", err, c.reap())
 	}
 	out, err := c.finishWithin(ctx, serverDrain+childExitTimeout)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for line := range strings.Lines(out) {
 		if js, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "REPORT "); ok {
-			var st ServerConnStats
-			if err := json.Unmarshal([]byte(js), &st); err != nil {
-				return nil, fmt.Errorf("%w: server process report %q: %v", ErrProtocol, js, err)
+			if err := json.Unmarshal([]byte(js), v); err != nil {
+				return fmt.Errorf("%w: server process report %q: %v", ErrProtocol, js, err)
 			}
-			return &st, nil
+			return nil
 		}
 	}
-	return nil, fmt.Errorf("%w: the server process exited without a report (printed %q)", ErrProtocol, out)
+	return fmt.Errorf("%w: the server process exited without a report (printed %q)", ErrProtocol, out)
 }
 
 func (c *child) kill() { c.cmd.Process.Kill() }

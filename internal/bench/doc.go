@@ -50,4 +50,25 @@
 //
 // A --conns child takes commands on stdin, one a line: "stats" answers "STATS <json>"
 // (the listener's counters, or null), "stop" ends the service with "REPORT <json>".
+//
+// # HTTP mode
+//
+// The HTTP mode (Config.HTTP, seed 000's nginx and wrk -c 100) starts a server child with
+// --http METHOD, which writes a file to a fresh temporary directory and runs a net/http
+// server on the transport's listener until told to stop. The sendfile method corks the
+// connection (the Cork hook), serves the file with http.ServeContent, whose body
+// net/http hands to the connection's ReadFrom, and uncorks; the write method reads the
+// file and writes it. Keep-alive clients of an http.Client dialing with the transport
+// GET the file back to back; every response's status, length and bytes are verified,
+// and failures are counted like the connection mode's. The child reports what it served,
+// how many bodies went through the connection's ReadFrom from the file, and the sum of
+// its connections' send-path counters (the SendStats hook).
+//
+// # Presets and seed-style tables
+//
+// A Preset names the options that reproduce one seed's table (autocork: seed 001,
+// autosplit: seed 002, sendfile: seed 000). Its Comparison pairs two transports that
+// differ in one feature; when both are measured, the text report prints the seeds'
+// layout, one row per size, with percentage columns for each transport against the
+// baseline and for the feature, and the send-path counters that show the feature at work.
 package bench

@@ -43,6 +43,9 @@ func registerTestTransports() {
 	for _, t := range connTestTransports() {
 		Register(t)
 	}
+	for _, t := range httpTestTransports() {
+		Register(t)
+	}
 }
 
 // flip is TCP with one bit flipped in the byte at offset at of the stream the client

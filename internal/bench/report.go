@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,13 +17,32 @@ import (
 func (r *Results) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	r.writeHeader(bw)
+	// The seed-style tables replace the plain ones when their pair was measured.
+	var latCmp, bwCmp *Comparison
 	if len(r.Latency) > 0 {
-		r.writeLatency(bw)
+		latCmp = r.comparing(latencyNames(r.Latency[0]))
 	}
 	if len(r.Stream) > 0 {
-		r.writeStream(bw)
+		bwCmp = r.comparing(streamNames(r.Stream[0]))
 	}
-	if len(r.Latency)+len(r.Stream) > 0 {
+	plain := false
+	if len(r.Latency) > 0 {
+		if latCmp != nil {
+			r.writeLatencyCompare(bw, latCmp)
+		} else {
+			r.writeLatency(bw)
+			plain = true
+		}
+	}
+	if len(r.Stream) > 0 {
+		if bwCmp != nil {
+			r.writeStreamCompare(bw, bwCmp)
+		} else {
+			r.writeStream(bw)
+			plain = true
+		}
+	}
+	if plain {
 		r.writeLegend(bw)
 	}
 	if r.Conns != nil {
@@ -29,6 +50,9 @@ func (r *Results) WriteText(w io.Writer) error {
 	}
 	if r.Overload != nil {
 		r.writeOverload(bw)
+	}
+	if r.HTTP != nil {
+		r.writeHTTP(bw)
 	}
 	return bw.Flush()
 }
@@ -54,7 +78,7 @@ func (r *Results) writeHeader(w io.Writer) {
 	field("", "every payload byte is verified by its receiver;")
 	messages := len(r.Latency)+len(r.Stream) > 0
 	switch {
-	case messages:
+	case messages || r.HTTP != nil:
 		each := fmt.Sprintf("each point: %v warm-up, then %v measured", time.Duration(s.WarmupNS), time.Duration(s.DurationNS))
 		if s.Rounds == 1 {
 			field("", "%s; transports take turns", each)
@@ -71,6 +95,38 @@ func (r *Results) writeHeader(w io.Writer) {
 		field("pinning", "client on CPU %d, server on CPU %d (sched_setaffinity)", s.ClientCPU, s.ServerCPU)
 	} else {
 		field("pinning", "none: the scheduler places client and server")
+	}
+	if s.Preset != "" {
+		if p, err := LookupPreset(s.Preset); err == nil {
+			field("preset", "%s: seed %s", p.Name, p.Seed)
+		} else {
+			field("preset", "%s", s.Preset)
+		}
+	}
+	if len(s.Descriptions) > 0 {
+		// The measured order first, then the other modes' transports by name.
+		names := slices.Sorted(maps.Keys(s.Descriptions))
+		slices.SortStableFunc(names, func(a, b string) int {
+			ia, ib := slices.Index(s.Transports, a), slices.Index(s.Transports, b)
+			if ia < 0 {
+				ia = len(s.Transports)
+			}
+			if ib < 0 {
+				ib = len(s.Transports)
+			}
+			return ia - ib
+		})
+		wide := 0
+		for _, n := range names {
+			wide = max(wide, utf8.RuneCountInString(n))
+		}
+		for i, n := range names {
+			title := ""
+			if i == 0 {
+				title = "transport"
+			}
+			field(title, "%-*s  %s", wide, n, s.Descriptions[n])
+		}
 	}
 	if !messages {
 		return
@@ -197,10 +253,14 @@ func (r *Results) writeLegend(w io.Writer) {
 
 // beatsFloor reports whether any figure is better than its floor, which is impossible
 // unless the floor measurement was disturbed.
-func (r *Results) beatsFloor() bool {
+func (r *Results) beatsFloor() bool { return r.beatsFloorExcept("") }
+
+// beatsFloorExcept is beatsFloor without the latency figures of the transport named
+// pipelined, whose copies overlap.
+func (r *Results) beatsFloorExcept(pipelined string) bool {
 	for _, p := range r.Latency {
 		for _, res := range p.Results {
-			if res.Samples > 0 && p.FloorNS > 0 && float64(res.P50NS) < p.FloorNS {
+			if res.Transport != pipelined && res.Samples > 0 && p.FloorNS > 0 && float64(res.P50NS) < p.FloorNS {
 				return true
 			}
 		}
@@ -216,10 +276,12 @@ func (r *Results) beatsFloor() bool {
 }
 
 // table lays out rows of cells in aligned columns. Columns are right-aligned unless
-// their title starts with "-"; a nil row is a blank line.
+// their title starts with "-"; a nil row is a blank line. Columns may belong to a group,
+// whose name is centred above them on a line of its own.
 type table struct {
 	titles []string
 	left   []bool
+	groups []string
 	rows   [][]string
 }
 
@@ -235,6 +297,15 @@ func (t *table) addColumn(title string) {
 	left := strings.HasPrefix(title, "-")
 	t.titles = append(t.titles, strings.TrimPrefix(title, "-"))
 	t.left = append(t.left, left)
+	t.groups = append(t.groups, "")
+}
+
+// addGroup adds columns under the group name.
+func (t *table) addGroup(group string, titles ...string) {
+	for _, title := range titles {
+		t.addColumn(title)
+		t.groups[len(t.groups)-1] = group
+	}
 }
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
@@ -247,6 +318,49 @@ func (t *table) write(w io.Writer, indent string) {
 		for i, c := range row {
 			widths[i] = max(widths[i], utf8.RuneCountInString(c))
 		}
+	}
+	// spans lists the runs of columns of one group: first column, past the last.
+	type span struct{ from, to int }
+	var spans []span
+	for i := 0; i < len(t.groups); {
+		j := i + 1
+		for j < len(t.groups) && t.groups[j] == t.groups[i] {
+			j++
+		}
+		if t.groups[i] != "" {
+			spans = append(spans, span{i, j})
+		}
+		i = j
+	}
+	spanWidth := func(sp span) int {
+		w := 2 * (sp.to - sp.from - 1)
+		for _, cw := range widths[sp.from:sp.to] {
+			w += cw
+		}
+		return w
+	}
+	for _, sp := range spans {
+		if over := utf8.RuneCountInString(t.groups[sp.from]) - spanWidth(sp); over > 0 {
+			widths[sp.to-1] += over
+		}
+	}
+	if len(spans) > 0 {
+		var b strings.Builder
+		b.WriteString(indent)
+		col := 0 // columns written so far
+		for _, sp := range spans {
+			for ; col < sp.from; col++ {
+				b.WriteString(strings.Repeat(" ", widths[col]+2))
+			}
+			name := t.groups[sp.from]
+			pad := spanWidth(sp) - utf8.RuneCountInString(name)
+			b.WriteString(strings.Repeat(" ", pad/2+pad%2) + name + strings.Repeat(" ", pad/2))
+			if sp.to < len(widths) {
+				b.WriteString("  ")
+			}
+			col = sp.to
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
 	line := func(row []string) {
 		var b strings.Builder
@@ -352,8 +466,8 @@ func spread(vals []float64, ref float64) string {
 func group(s string) string {
 	intPart, frac, hasFrac := strings.Cut(s, ".")
 	sign := ""
-	if strings.HasPrefix(intPart, "-") {
-		sign, intPart = "-", intPart[1:]
+	if strings.HasPrefix(intPart, "-") || strings.HasPrefix(intPart, "+") {
+		sign, intPart = intPart[:1], intPart[1:]
 	}
 	var b strings.Builder
 	for i, c := range intPart {

@@ -24,6 +24,7 @@ type Results struct {
 	Stream   []StreamPoint  `json:"stream,omitempty"`
 	Conns    *ConnPoint     `json:"conns,omitempty"`
 	Overload *OverloadPoint `json:"overload,omitempty"`
+	HTTP     *HTTPPoint     `json:"http,omitempty"`
 }
 
 // Machine describes where the run took place.
@@ -50,6 +51,20 @@ type Settings struct {
 	Pinned     bool     `json:"pinned"`
 	ClientCPU  int      `json:"client_cpu"` // -1 when not pinned
 	ServerCPU  int      `json:"server_cpu"` // -1 when not pinned
+	// Preset names the preset the run was made with, if any.
+	Preset string `json:"preset,omitempty"`
+	// Compare pairs the transports of the seed-style tables, if any.
+	Compare *Comparison `json:"compare,omitempty"`
+	// Descriptions describe the measured transports' settings, by name.
+	Descriptions map[string]string `json:"descriptions,omitempty"`
+}
+
+// Comparison pairs two transports that differ in one feature, so that the tables show
+// what the feature gains, as the seeds' percentage columns do.
+type Comparison struct {
+	Feature string `json:"feature"` // "autocork", "autosplit", "sendfile+cork"
+	With    string `json:"with"`    // the transport (or HTTP server) with the feature
+	Without string `json:"without"` // the same without it
 }
 
 // Floors are in-process bounds for any transport on this machine.
@@ -82,6 +97,9 @@ type LatencyResult struct {
 	Transport string `json:"transport"`
 	LatencyStats
 	Rounds []LatencyStats `json:"rounds"`
+	// ClientSend sums the client's send-path counters over the rounds, for transports
+	// that report them.
+	ClientSend *SendStats `json:"client_send,omitempty"`
 }
 
 // LatencyStats summarises round-trip times measured after the warm-up.
@@ -110,6 +128,9 @@ type StreamResult struct {
 	Transport string `json:"transport"`
 	StreamStats
 	Rounds []StreamStats `json:"rounds"`
+	// ClientSend sums the sender's (the client's) send-path counters over the rounds,
+	// for transports that report them.
+	ClientSend *SendStats `json:"client_send,omitempty"`
 }
 
 // StreamStats is one stream measurement. Rates are measured at the receiver over its
@@ -243,6 +264,71 @@ type OverloadStats struct {
 	Server *ServerConnStats `json:"server,omitempty"`
 }
 
+// HTTPPoint holds the HTTP results (seed 000: nginx serving a 4 KiB file, wrk -c 100):
+// Conns keep-alive clients GET one file of FileSize bytes back to back from each server
+// in turn, for the warm-up and then the measured time.
+type HTTPPoint struct {
+	FileSize int    `json:"file_size"`
+	Path     string `json:"path"` // the URL path requested
+	Conns    int    `json:"conns"`
+	// TimeoutNS is how long after the measured time a request still unanswered is cut
+	// off and fails.
+	TimeoutNS int64        `json:"timeout_ns"`
+	Baseline  string       `json:"baseline"`
+	Results   []HTTPResult `json:"results"`
+}
+
+// HTTPResult is one server: all rounds together, then each round.
+type HTTPResult struct {
+	Name      string `json:"name"` // transport:method
+	Transport string `json:"transport"`
+	Method    string `json:"method"`
+	HTTPStats
+	Rounds []HTTPStats `json:"rounds"`
+}
+
+// HTTPStats is one HTTP measurement. The counts cover every request, warm-up included;
+// the rate and the times cover the measured ones.
+type HTTPStats struct {
+	Requests  uint64 `json:"requests"` // requests started
+	Succeeded uint64 `json:"succeeded"`
+	// Failed is the sum of the failures by kind: no connection (dial, or a connection
+	// that fell back to TCP), I/O (or the request timeout), a status other than 200, a
+	// body of the wrong length or with a wrong byte.
+	Failed         uint64   `json:"failed"`
+	FailedDial     uint64   `json:"failed_dial"`
+	FailedIO       uint64   `json:"failed_io"`
+	FailedStatus   uint64   `json:"failed_status"`
+	FailedMismatch uint64   `json:"failed_mismatch"`
+	Errors         []string `json:"errors,omitempty"` // the first few failures
+	// Dials counts the connections the client made.
+	Dials uint64 `json:"dials"`
+	// Measured counts the successful requests started after the warm-up; WindowNS runs
+	// from the end of the warm-up to the end of the last of them; Time is the time of
+	// each, from sending the request to verifying the body's last byte.
+	Measured       uint64       `json:"measured"`
+	WindowNS       int64        `json:"window_ns"`
+	RequestsPerSec float64      `json:"requests_per_sec"`
+	Time           LatencyStats `json:"time"`
+	// Server is what the server child counted.
+	Server *HTTPServerStats `json:"server,omitempty"`
+}
+
+// HTTPServerStats is the HTTP server child's account.
+type HTTPServerStats struct {
+	Conns    uint64   `json:"conns"`    // connections accepted
+	Requests uint64   `json:"requests"` // responses the handler completed
+	Failed   uint64   `json:"failed"`   // requests it could not serve, and server errors
+	Errors   []string `json:"errors,omitempty"`
+	// ReadFroms counts the response bodies net/http handed to the connection's own
+	// ReadFrom (io.ReaderFrom), FileReadFroms those of them read from a file: the
+	// sendfile path.
+	ReadFroms     uint64 `json:"read_froms"`
+	FileReadFroms uint64 `json:"file_read_froms"`
+	// Send sums the connections' send-path counters, for transports that report them.
+	Send *SendStats `json:"send,omitempty"`
+}
+
 // WriteJSON writes r as indented JSON.
 func (r *Results) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -260,6 +346,22 @@ func ReadJSON(rd io.Reader) (*Results, error) {
 		return nil, fmt.Errorf("results schema %q, want %q", r.Schema, Schema)
 	}
 	return &r, nil
+}
+
+// FailedRequests counts what makes the HTTP mode unhealthy: requests that failed at the
+// client, and requests the server could not serve.
+func (r *Results) FailedRequests() uint64 {
+	if r.HTTP == nil {
+		return 0
+	}
+	var n uint64
+	for _, res := range r.HTTP.Results {
+		n += res.Failed
+		if res.Server != nil {
+			n += res.Server.Failed
+		}
+	}
+	return n
 }
 
 // FailedConns counts what makes the connection mode unhealthy: connections that failed

@@ -39,8 +39,15 @@ type Config struct {
 	// Conn, if set, measures short-lived connections after ping-pong and stream.
 	Conn *ConnConfig
 	// Overload, if set, measures connection setup while the server's handshakes are
-	// stalled, last.
+	// stalled, after the connection mode.
 	Overload *OverloadConfig
+	// HTTP, if set, measures an HTTP server serving a file, last.
+	HTTP *HTTPConfig
+	// Compare, if set, pairs two transports (or HTTP servers) that differ in one feature:
+	// the tables then are the seeds' layout, with percentage columns for the feature.
+	Compare *Comparison
+	// Preset is the name of the preset the run was made with, for the record.
+	Preset string
 }
 
 // ConnConfig says what the short-lived connection mode measures. Rounds, Pin and Server
@@ -94,11 +101,11 @@ func (c *Config) messages() bool { return len(c.LatSizes)+len(c.BWSizes) > 0 }
 
 func (c *Config) validate() error {
 	switch {
-	case !c.messages() && c.Conn == nil && c.Overload == nil:
-		return errors.New("no message sizes to measure, and no connection mode")
+	case !c.messages() && c.Conn == nil && c.Overload == nil && c.HTTP == nil:
+		return errors.New("no message sizes to measure, and no connection or HTTP mode")
 	case c.messages() && len(c.Transports) == 0:
 		return errors.New("no transports to measure")
-	case c.messages() && c.Duration <= 0:
+	case (c.messages() || c.HTTP != nil) && c.Duration <= 0:
 		return fmt.Errorf("duration %v: must be positive", c.Duration)
 	case c.Warmup < 0:
 		return fmt.Errorf("warm-up %v: must not be negative", c.Warmup)
@@ -133,8 +140,27 @@ func (c *Config) validate() error {
 		}
 		all = append(all, names(c.Overload.Transports)...)
 	}
+	if c.HTTP != nil {
+		if err := c.HTTP.validate(); err != nil {
+			return fmt.Errorf("HTTP mode: %w", err)
+		}
+		servers, _ := c.HTTP.named()
+		all = append(all, servers...)
+		for _, s := range c.HTTP.Servers {
+			all = append(all, s.Transport.Name)
+		}
+	}
 	if c.Baseline != "" && !slices.Contains(all, c.Baseline) {
 		return fmt.Errorf("baseline %q is not among the transports (%v)", c.Baseline, slices.Compact(all))
+	}
+	if cmp := c.Compare; cmp != nil {
+		if cmp.Feature == "" || cmp.With == "" || cmp.Without == "" || cmp.With == cmp.Without {
+			return fmt.Errorf("comparison %+v: needs a feature and two different transports", *cmp)
+		}
+		if !slices.Contains(all, cmp.With) || !slices.Contains(all, cmp.Without) {
+			return fmt.Errorf("comparison of %s: %q and %q are not both among the transports (%v)",
+				cmp.Feature, cmp.With, cmp.Without, slices.Compact(all))
+		}
 	}
 	return nil
 }
@@ -203,8 +229,11 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			Pinned:     cfg.Pin,
 			ClientCPU:  -1,
 			ServerCPU:  -1,
+			Preset:     cfg.Preset,
+			Compare:    cfg.Compare,
 		},
 	}
+	res.Settings.Descriptions = cfg.descriptions()
 	cpus := [2]int{-1, -1}
 	if cfg.Pin {
 		if !cpusAvailable(clientCPU, serverCPU) {
@@ -242,6 +271,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cfg.Overload != nil {
 		r.steps += cfg.Rounds * len(cfg.Overload.Transports)
 	}
+	if cfg.HTTP != nil {
+		r.steps += cfg.Rounds * len(cfg.HTTP.Servers)
+	}
 	for _, size := range cfg.LatSizes {
 		p, err := r.latencyPoint(ctx, size, res.Floors)
 		if err != nil {
@@ -270,7 +302,41 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		}
 		res.Overload = p
 	}
+	if cfg.HTTP != nil {
+		p, err := r.httpPoint(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.HTTP = p
+	}
 	return res, nil
+}
+
+// descriptions collects the Desc of every transport measured, by name.
+func (c *Config) descriptions() map[string]string {
+	ts := slices.Clone(c.Transports)
+	if c.Conn != nil {
+		ts = append(ts, c.Conn.Transports...)
+	}
+	if c.Overload != nil {
+		ts = append(ts, c.Overload.Transports...)
+	}
+	if c.HTTP != nil {
+		for _, s := range c.HTTP.Servers {
+			ts = append(ts, s.Transport)
+		}
+	}
+	var d map[string]string
+	for _, t := range ts {
+		if t.Desc == "" {
+			continue
+		}
+		if d == nil {
+			d = make(map[string]string)
+		}
+		d[t.Name] = t.Desc
+	}
+	return d
 }
 
 // runner carries the state of one Run across its measurements.
@@ -313,7 +379,8 @@ func (r *runner) latencyPoint(ctx context.Context, size int, fl Floors) (Latency
 	err := r.each(ctx, r.cfg.Transports, "ping-pong "+FormatSize(size), func(ti, round int) error {
 		var h *histogram
 		var el time.Duration
-		err := r.session(ctx, r.cfg.Transports[ti], func(conn net.Conn) error {
+		t := r.cfg.Transports[ti]
+		send, err := r.session(ctx, t, func(conn net.Conn) error {
 			var err error
 			h, el, err = pingPongClient(conn, size, r.cfg.Warmup, r.cfg.Duration)
 			return err
@@ -322,6 +389,9 @@ func (r *runner) latencyPoint(ctx context.Context, size int, fl Floors) (Latency
 			return err
 		}
 		res := &p.Results[ti]
+		if send != nil {
+			addSendStats(&res.ClientSend, *send)
+		}
 		res.Rounds = append(res.Rounds, h.stats(el))
 		if hists[ti] == nil {
 			hists[ti] = h
@@ -348,7 +418,7 @@ func (r *runner) streamPoint(ctx context.Context, size int, fl Floors) (StreamPo
 	}
 	err := r.each(ctx, r.cfg.Transports, "stream "+FormatSize(size), func(ti, round int) error {
 		var sr streamResult
-		err := r.session(ctx, r.cfg.Transports[ti], func(conn net.Conn) error {
+		send, err := r.session(ctx, r.cfg.Transports[ti], func(conn net.Conn) error {
 			var err error
 			sr, err = streamClient(conn, size, r.cfg.Warmup, r.cfg.Duration)
 			return err
@@ -361,6 +431,9 @@ func (r *runner) streamPoint(ctx context.Context, size int, fl Floors) (StreamPo
 				sr.rep.windowBytes, sr.rep.window)
 		}
 		res := &p.Results[ti]
+		if send != nil {
+			addSendStats(&res.ClientSend, *send)
+		}
 		res.Rounds = append(res.Rounds, streamStats(size, sr))
 		return nil
 	})
@@ -429,23 +502,25 @@ func sumStream(size int, rounds []StreamStats) StreamStats {
 
 // session runs one measurement: it starts a server child for t, connects to it, runs fn
 // on the connection, closes it and tears the child down. The error says which side failed.
-func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) error) error {
+// It returns the connection's send-path counters, read after fn, for transports that
+// report them.
+func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) error) (*SendStats, error) {
 	ch, err := startChild(ctx, r.cfg.Server, serverArgs(t.Name, r.serverCPU, false))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	conn, err := t.Dial(dctx, ch.addr)
 	cancel()
 	if err != nil {
 		ch.abort()
-		return fmt.Errorf("dial %s: %w", ch.addr, err)
+		return nil, fmt.Errorf("dial %s: %w", ch.addr, err)
 	}
 	if t.Mode != nil {
 		if smc, desc := t.Mode(conn); !smc {
 			conn.Close()
 			ch.abort()
-			return fmt.Errorf("%s: connection fell back to TCP (%s)", t.Name, desc)
+			return nil, fmt.Errorf("%s: connection fell back to TCP (%s)", t.Name, desc)
 		}
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -453,12 +528,19 @@ func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) err
 	_ = conn.SetDeadline(time.Now().Add(r.cfg.Warmup + r.cfg.Duration + ioGrace))
 	clientErr := fn(conn)
 	stop()
+	var send *SendStats
+	if t.SendStats != nil {
+		if st, ok := t.SendStats(conn); ok {
+			st.Conns = 1
+			send = &st
+		}
+	}
 	conn.Close()
 	serverErr := ch.finish(ctx)
 	if ctx.Err() != nil {
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
-	return blame(clientErr, serverErr)
+	return send, blame(clientErr, serverErr)
 }
 
 // connPoint measures short-lived connections over every transport of cfg.Conn.

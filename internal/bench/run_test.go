@@ -193,7 +193,7 @@ func TestRegistry(t *testing.T) {
 	}
 	_, err := Resolve([]string{"tcp", "smcd"})
 	if err == nil || !strings.Contains(err.Error(), "known: tcp, tcp-corrupt-answers, tcp-corrupt-requests, tcp-counted, tcp-fallback, "+
-		"tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, unix") {
+		"tcp-flip-http-body, tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, tcp-sendstats, unix") {
 		t.Errorf("Resolve with an unknown name: %v", err)
 	}
 	if _, err := Resolve([]string{"tcp", "tcp"}); err == nil {

@@ -21,12 +21,15 @@ import (
 //	--cpu N           pin every thread of the process to CPU N first
 //	--lifeline        exit when stdin reaches EOF (the parent closed it or died)
 //	--conns           serve short-lived connections until told to stop (see connServer)
+//	--http METHOD     serve a file over HTTP by METHOD (sendfile or write) until told to
+//	                  stop (see httpFileServer)
+//	--file-size N     the size of that file in bytes
 //
 // On stdout it prints exactly one line "LISTEN <addr>" once it listens, and, if it fails
 // after that, one line "FAIL <kind> <text>" where kind is mismatch, protocol or io. It
 // serves one connection and exits: status 0 after sending its report, non-zero otherwise.
 // With --conns it reads commands from stdin, one a line: "stats" prints "STATS <json>",
-// "stop" ends the service with "REPORT <json>" and status 0.
+// "stop" ends the service with "REPORT <json>" and status 0. With --http it takes "stop".
 
 // serverArgs builds the child's arguments.
 func serverArgs(transport string, cpu int, conns bool) []string {
@@ -52,11 +55,16 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	cpu := fs.Int("cpu", -1, "pin the process to this CPU")
 	lifeline := fs.Bool("lifeline", false, "exit when stdin reaches EOF")
 	conns := fs.Bool("conns", false, "serve short-lived connections until told to stop")
+	httpMethod := fs.String("http", "", "serve a file over HTTP by this method until told to stop")
+	fileSize := fs.Int("file-size", DefaultHTTPFileSize, "the size of the file the HTTP server serves")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("bench server: %w", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench server: unexpected arguments %q", fs.Args())
+	}
+	if *conns && *httpMethod != "" {
+		return errors.New("bench server: --conns and --http exclude each other")
 	}
 	tr, err := Lookup(*name)
 	if err != nil {
@@ -69,9 +77,17 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var files *httpFileServer
+	if *httpMethod != "" {
+		// The file is on disk before the client can connect.
+		if files, err = newHTTPFileServer(tr, *httpMethod, *fileSize); err != nil {
+			return fmt.Errorf("bench server: %w", err)
+		}
+		defer files.remove()
+	}
 	var cmds chan string
 	switch {
-	case *conns:
+	case *conns || files != nil:
 		cmds = make(chan string)
 		go func() {
 			sc := bufio.NewScanner(stdin)
@@ -102,9 +118,12 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 		ln.Close()
 		return fmt.Errorf("bench server: announcing the address: %w", err)
 	}
-	if *conns {
+	switch {
+	case *conns:
 		err = serveConns(ctx, tr, ln, cmds, stdout)
-	} else {
+	case files != nil:
+		err = files.serve(ctx, ln, cmds, stdout)
+	default:
 		err = serveOne(ctx, ln)
 	}
 	if err != nil {

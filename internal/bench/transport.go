@@ -41,6 +41,70 @@ type Transport struct {
 	// overload mode holds many of these open. Nil: the overload mode stalls with Dial,
 	// which for a transport without a handshake is simply an idle client.
 	Stall func(ctx context.Context, addr string) (net.Conn, error)
+
+	// The hooks below serve the HTTP mode and the send-path figures; they are optional.
+
+	// Desc describes the transport's settings for the report's header ("1 MiB buffers,
+	// autosplit off"); empty for none.
+	Desc string
+	// Cork sets or clears corking (TCP_CORK) on a connection made by Listen or Dial. The
+	// HTTP mode's sendfile method corks around every response where it is set.
+	Cork func(conn net.Conn, on bool) error
+	// SendStats reads the send-path counters of a connection made by Listen or Dial; ok
+	// is false if the connection has none (a fallback, say). Stream and ping-pong report
+	// the client's, the HTTP mode the server's.
+	SendStats func(conn net.Conn) (st SendStats, ok bool)
+}
+
+// SendStats are the send-path counters of a connection, as smcloop's Conn.Stats reports
+// them (after the kernel's smc_stats).
+type SendStats struct {
+	Conns  uint64 `json:"conns"`  // connections whose counters are summed here
+	Writes uint64 `json:"writes"` // Write, WriteMore and ReadFrom calls
+	Bytes  uint64 `json:"bytes"`  // application bytes sent
+	Pushes uint64 `json:"pushes"` // producer-cursor publications
+	// CorkPushes are the pushes made by clearing the cork (cork_cnt); SendfileCalls the
+	// ReadFrom calls from a file (sendfile); Autocorked the writes held back by
+	// autocorking; AutosplitSegments the segments published before their write ended;
+	// WindowUpdates the consumer-cursor publications of the receiving side.
+	CorkPushes        uint64 `json:"cork_pushes"`
+	SendfileCalls     uint64 `json:"sendfile_calls"`
+	Autocorked        uint64 `json:"autocorked"`
+	AutosplitSegments uint64 `json:"autosplit_segments"`
+	WindowUpdates     uint64 `json:"window_updates"`
+	// Rings are the doorbells rung on the peer (a system call each), Sleeps the times
+	// this side blocked on its own.
+	Rings  uint64 `json:"rings"`
+	Sleeps uint64 `json:"sleeps"`
+	// DMB and PeerDMB are the receive buffer sizes of this side and of the peer (this
+	// side's send ring), the largest seen over the connections summed.
+	DMB     int `json:"dmb"`
+	PeerDMB int `json:"peer_dmb"`
+}
+
+// add sums counters and keeps the largest buffer sizes.
+func (s *SendStats) add(o SendStats) {
+	s.Conns += o.Conns
+	s.Writes += o.Writes
+	s.Bytes += o.Bytes
+	s.Pushes += o.Pushes
+	s.CorkPushes += o.CorkPushes
+	s.SendfileCalls += o.SendfileCalls
+	s.Autocorked += o.Autocorked
+	s.AutosplitSegments += o.AutosplitSegments
+	s.WindowUpdates += o.WindowUpdates
+	s.Rings += o.Rings
+	s.Sleeps += o.Sleeps
+	s.DMB = max(s.DMB, o.DMB)
+	s.PeerDMB = max(s.PeerDMB, o.PeerDMB)
+}
+
+// addSendStats adds o to *dst, allocating it on first use.
+func addSendStats(dst **SendStats, o SendStats) {
+	if *dst == nil {
+		*dst = &SendStats{}
+	}
+	(*dst).add(o)
 }
 
 // ListenerStats are the counters of a listener that upgrades connections after a
@@ -84,6 +148,11 @@ var DefaultConnTransports = []string{"smcd", "smcd-slowhs", "smcd-slowhs-limit",
 // smcloop without and with handshake limitation, and TCP for reference. The overload
 // mode needs transports that listen on a TCP address.
 var DefaultOverloadTransports = []string{"smcd", "smcd-limit", "tcp"}
+
+// DefaultHTTPServers are the servers of the HTTP mode when none are named (seed 000):
+// smcloop serving the file with sendfile and cork, smcloop with plain writes, and TCP
+// with sendfile and cork, as nginx serves it.
+var DefaultHTTPServers = []string{"smcd:sendfile", "smcd:write", "tcp:sendfile"}
 
 // registry holds the process-wide set of transports known by name. The server child
 // looks transports up here, so the client and the child must register the same set
@@ -183,9 +252,12 @@ func RegisterBuiltins() {
 }
 
 // TCP is Go's TCP over the loopback interface (127.0.0.1, Nagle off as Go sets by default).
+// Its Cork hook sets TCP_CORK (Linux only).
 func TCP() Transport {
 	return Transport{
 		Name: "tcp",
+		Desc: "Go TCP over 127.0.0.1, kernel defaults",
+		Cork: tcpCork,
 		Listen: func(ctx context.Context) (net.Listener, error) {
 			var lc net.ListenConfig
 			return lc.Listen(ctx, "tcp", "127.0.0.1:0")
@@ -202,6 +274,7 @@ func TCP() Transport {
 func Unix() Transport {
 	return Transport{
 		Name: "unix",
+		Desc: "Go unix stream socket",
 		Listen: func(ctx context.Context) (net.Listener, error) {
 			dir, err := os.MkdirTemp("", "smcloop-bench-")
 			if err != nil {
