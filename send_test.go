@@ -143,31 +143,43 @@ func TestAutocork(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	// A lone message finds the peer caught up: no latency cost.
-	a.Write(pattern(14, 5))
-	if p := published(b); p != 14 {
-		t.Fatalf("lone message: %d published, want 14", p)
+	first := pattern(100, 5)
+	a.Write(first)
+	if p := published(b); p != 100 {
+		t.Fatalf("lone message: %d published, want 100", p)
 	}
-	// While the peer has not consumed it, a small write is held back...
+	// While the peer has not consumed it (and has 4x the bytes queued), a small write is
+	// held back...
 	a.Write(pattern(10, 6))
-	if p := published(b); p != 14 {
+	if p := published(b); p != 100 {
 		t.Fatalf("autocorked write published: %d", p)
 	}
 	if a.autocorked.Load() != 1 {
 		t.Fatalf("autocorked %d, want 1", a.autocorked.Load())
 	}
-	// ...and goes out as soon as the peer catches up, with no further write.
-	got := readN(t, b, 24)
-	if !bytes.Equal(got, append(pattern(14, 5), pattern(10, 6)...)) {
+	// ...but not so much that the peer could run dry: 30 more would exceed a quarter of
+	// its backlog, so everything goes out.
+	a.Write(pattern(20, 7))
+	if p := published(b); p != 130 {
+		t.Fatalf("published %d, want 130", p)
+	}
+	a.Write(pattern(10, 8)) // held again: 130 queued >= 4 x 10
+	if p := published(b); p != 130 {
+		t.Fatalf("second hold: %d published", p)
+	}
+	// The held bytes go out as soon as the peer catches up, with no further write.
+	want := append(append(append(first, pattern(10, 6)...), pattern(20, 7)...), pattern(10, 8)...)
+	if got := readN(t, b, len(want)); !bytes.Equal(got, want) {
 		t.Fatal("bytes differ")
 	}
 	// Disabled: every write is published.
 	c, d := pipe(t, Config{AutocorkSize: -1}, Config{})
 	defer c.Close()
 	defer d.Close()
-	c.Write(pattern(14, 5))
+	c.Write(pattern(100, 5))
 	c.Write(pattern(10, 6))
-	if p := published(d); p != 24 {
-		t.Fatalf("without autocork: %d published, want 24", p)
+	if p := published(d); p != 110 {
+		t.Fatalf("without autocork: %d published, want 110", p)
 	}
 }
 
