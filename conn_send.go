@@ -294,6 +294,7 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 		corked:     c.corked,
 		more:       c.moreHeld,
 		autocork:   corkingSize(c.txSize, c.cfg.autocork),
+		writeSize:  segment,
 	}
 	if splitting {
 		st.autosplit = c.cfg.autosplit

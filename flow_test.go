@@ -24,6 +24,8 @@ func TestFlushDecision(t *testing.T) {
 		{"autocork over limit", flushState{pending: 65, free: 5, endOfWrite: true, autocork: 64, peerBehind: true}, true, pushEnd},
 		{"autocork peer caught up", flushState{pending: 10, free: 5, endOfWrite: true, autocork: 64}, true, pushEnd},
 		{"autocork off", flushState{pending: 10, free: 5, endOfWrite: true, peerBehind: true}, true, pushEnd},
+		{"autocork small write", flushState{pending: 600, free: 5, endOfWrite: true, autocork: 1024, peerBehind: true, writeSize: 511}, false, holdAutocork},
+		{"autocork large write", flushState{pending: 600, free: 5, endOfWrite: true, autocork: 1024, peerBehind: true, writeSize: 512}, true, pushEnd},
 		{"plain end", flushState{pending: 10, free: 5, endOfWrite: true}, true, pushEnd},
 	}
 	for _, tc := range cases {
