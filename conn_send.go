@@ -77,7 +77,8 @@ func (c *Conn) SetNoDelay(on bool) error {
 
 // ReadFrom copies r into the connection until EOF. On SMC the bytes go from r straight
 // into the send space — for an *os.File from the page cache into the peer's DMB, one copy
-// — and all but the last piece are corked, like sendfile's MSG_SENDPAGE_NOTLAST. It makes
+// — and, for a file, all but the last piece are corked, like sendfile's
+// MSG_SENDPAGE_NOTLAST; bytes from any other reader are published as they arrive. It makes
 // io.Copy(conn, r) take the short path. On a TCP fallback it is the socket's ReadFrom
 // (sendfile or splice).
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
@@ -89,7 +90,8 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 		return io.Copy(tcpOnly{c}, r)
 	}
-	if isFile(r) {
+	file := isFile(r)
+	if file {
 		c.sendfileCalls.Add(1)
 	}
 	c.txCalls.Add(1)
@@ -123,9 +125,11 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			}
 			return total, rerr
 		}
-		// Every piece but the last is corked (MSG_SENDPAGE_NOTLAST); a full send space
-		// still pushes.
-		c.flushLocked(false, 0, false)
+		// A file's pieces but the last are corked (MSG_SENDPAGE_NOTLAST): the rest is
+		// already there to read. Any other reader (a socket, a pipe) may make us wait for
+		// its next bytes, so each piece goes out as a write would. A full send space
+		// pushes in any case.
+		c.flushLocked(!file, 0, false)
 	}
 }
 

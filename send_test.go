@@ -261,3 +261,30 @@ func TestWriteToFile(t *testing.T) {
 		t.Fatal("file differs")
 	}
 }
+
+// TestReadFromStreamPublishesEachPiece: bytes copied from a reader that is not a file (a
+// pipe, a socket) go out as they arrive; they do not wait for EOF.
+func TestReadFromStreamPublishesEachPiece(t *testing.T) {
+	a, b := pipe(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { _, err := a.ReadFrom(pr); done <- err }()
+	for i := 0; i < 3; i++ {
+		want := pattern(1000+i, byte(i))
+		if _, err := pw.Write(want); err != nil {
+			t.Fatal(err)
+		}
+		if got := readN(t, b, len(want)); !bytes.Equal(got, want) {
+			t.Fatalf("piece %d differs", i)
+		}
+	}
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if a.sendfileCalls.Load() != 0 {
+		t.Fatal("a pipe counted as sendfile")
+	}
+}
