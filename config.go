@@ -52,10 +52,14 @@ type Config struct {
 	// SendMode chooses no-copy or copying sends. Default SMCLOOP_SEND_MODE, else no-copy.
 	SendMode SendMode
 	// BusyPoll is how long a blocked Read or Write spins on the shared cursors before it
-	// sleeps on its doorbell. A budget shorter than the round trip only adds spinning; use
-	// a few hundred microseconds or none, and give each process its own CPU: a spinner
-	// that shares a CPU with its peer only delays it. Default SMCLOOP_BUSY_POLL, else 0.
-	// Negative disables busy polling even if the environment sets it.
+	// sleeps on its doorbell, without yielding: for latency-critical pairs of processes
+	// with a CPU each (a spinner that shares a CPU with its peer only delays it). Use a
+	// few hundred microseconds; a budget shorter than the round trip only adds spinning.
+	// Default SMCLOOP_BUSY_POLL, else 0: the default wait, which spins at most 30 µs
+	// while yielding the CPU (to the process's other goroutines and to other threads,
+	// such as a peer woken onto this CPU), backs off after spins that did not pay, and
+	// spins on at most half the process's Ps at once. Negative: no spinning at all, every
+	// wait sleeps on the doorbell at once.
 	BusyPoll time.Duration
 	// AutocorkSize bounds autocorking: while the peer has not consumed our previous push,
 	// a write that leaves at most min(send space / 2, AutocorkSize) bytes pending is held
@@ -87,8 +91,9 @@ type settings struct {
 	rmem, wmem       int
 	sendMode         SendMode
 	busyPoll         time.Duration
-	autocork         int // 0: off
-	autosplit        int // 0: off
+	noSpin           bool // BusyPoll < 0: sleep at once, no spinning at all
+	autocork         int  // 0: off
+	autosplit        int  // 0: off
 	smcd             bool
 	ueid             [clc.EIDLen]byte
 	handshakeTimeout time.Duration
@@ -320,7 +325,7 @@ func (c *Config) resolve() (*settings, error) {
 	}
 	switch {
 	case c.BusyPoll < 0:
-		s.busyPoll = 0
+		s.busyPoll, s.noSpin = 0, true
 	case c.BusyPoll > 0:
 		s.busyPoll = c.BusyPoll
 	}

@@ -59,6 +59,7 @@ type Conn struct {
 	rxProd      cdc.Cursor  // peer's producer cursor, last validated
 	rxProdW     uint64      // the raw word rxProd came from
 	rdClosed    atomic.Bool // CloseRead
+	rxSpin      spinner
 
 	// Writer state, owned by writeMu.
 	writeMu      sync.Mutex
@@ -71,6 +72,7 @@ type Conn struct {
 	corked       bool        // SetCork(true)
 	moreHeld     bool        // the last write carried "more is coming"
 	wrClosed     atomic.Bool // CloseWrite done
+	txSpin       spinner
 
 	// The writer's doorbell has one waiter at a time: a Write waiting for space, or the
 	// flusher waiting to publish autocorked bytes. spaceTok is that right.

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/smcloop/smcloop/cdc"
@@ -196,12 +199,23 @@ func (c *Conn) rxReady() bool {
 }
 
 // waitFor blocks the reader (WakeReader) or writer (WakeWriter) until ready() may have
-// become true, the deadline passes or the connection is woken locally. With a busy-poll
-// budget it first spins on ready(); then it announces the sleep in shared memory,
-// re-checks (a producer that published before seeing the announcement is caught here),
-// and sleeps on the doorbell.
+// become true, the deadline passes or the connection is woken locally.
+//
+// Before it sleeps it spins on ready(): for the BusyPoll budget if one is set; otherwise,
+// by default, for up to yieldSpin while yielding the CPU between checks (sched_yield), so
+// that a peer woken onto this very CPU runs at once instead of waiting for us to sleep —
+// on a small machine the peer often is. The spin adapts (spinner): a wait that the spin
+// did not satisfy makes the next waits skip it, exponentially, so an idle connection
+// soon costs no CPU. Then it announces the sleep in shared memory, re-checks (a producer
+// that published before seeing the announcement is caught here), and sleeps on the
+// doorbell. A negative BusyPoll disables all spinning.
 func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
-	if budget := c.cfg.busyPoll; budget > 0 {
+	sp := &c.rxSpin
+	if bit == smcd.WakeWriter {
+		sp = &c.txSpin
+	}
+	switch budget := c.cfg.busyPoll; {
+	case budget > 0:
 		end := time.Now().Add(budget)
 		for i := 1; ; i++ {
 			if ready() {
@@ -211,6 +225,12 @@ func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
 				break
 			}
 		}
+	case !c.cfg.noSpin && sp.try():
+		if spinYield(ready) {
+			sp.hit()
+			return nil
+		}
+		sp.missed()
 	}
 	c.link.Announce(bit)
 	if ready() {
@@ -230,3 +250,60 @@ func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
 	}
 	return nil
 }
+
+// yieldSpin bounds the default spin before a sleep: about one wake-up on this class of
+// machine, so that a peer answering within a wake-up's time is caught without one.
+const yieldSpin = 30 * time.Microsecond
+
+// spinner adapts the default spin of one direction: after a spin that ended in a sleep
+// anyway, the next 1, 3 or 7 waits sleep at once. Owned by readMu or writeMu.
+type spinner struct {
+	skip   uint32
+	misses uint32
+}
+
+func (s *spinner) try() bool {
+	if s.skip > 0 {
+		s.skip--
+		return false
+	}
+	return true
+}
+
+func (s *spinner) hit() { s.misses = 0 }
+
+func (s *spinner) missed() {
+	s.misses = min(s.misses+1, 3)
+	s.skip = 1<<s.misses - 1
+}
+
+// spinYield checks ready for up to yieldSpin, giving way in between: first to this
+// process's other runnable goroutines (runtime.Gosched), then to other threads on this
+// CPU (sched_yield). A busy process thus loses nothing to the spin; an idle one polls.
+func spinYield(ready func() bool) bool {
+	// Spinning pays off for the few connections a process is actively waiting on; with
+	// many waiting at once, the spins would only compete for the CPU. So a process spins
+	// on at most half its Ps at a time (at least one); other waiters sleep at once.
+	if spinners.Add(1) > int32(max(1, runtime.GOMAXPROCS(0)/2)) {
+		spinners.Add(-1)
+		return false
+	}
+	defer spinners.Add(-1)
+	end := time.Now().Add(yieldSpin)
+	for i := 1; !ready(); i++ {
+		if time.Now().After(end) {
+			return false
+		}
+		if i%4 == 0 {
+			runtime.Gosched()
+		}
+		yield()
+	}
+	return true
+}
+
+// spinners counts the goroutines of this process in spinYield.
+var spinners atomic.Int32
+
+// yield gives the CPU to another runnable thread, if any (sched_yield).
+func yield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -35,9 +35,9 @@ func registerSMC() {
 		cfg  smcloop.Config
 		lc   smcloop.ListenConfig // Config is set from cfg
 	}{
-		{"smcd", "smcloop defaults (64 KiB DMB, autocork 64 KiB, autosplit 128 KiB, unless SMCLOOP_* say otherwise)",
+		{"smcd", "smcloop defaults (64 KiB DMB, short adaptive spin-yield before sleeping, autocork, autosplit 128 KiB)",
 			smcloop.Config{}, smcloop.ListenConfig{}}, // doorbells; busy polling only if SMCLOOP_BUSY_POLL sets it
-		{"smcd-nospin", "smcloop, busy polling off", smcloop.Config{BusyPoll: -1}, smcloop.ListenConfig{}},
+		{"smcd-nospin", "smcloop, no spinning: every wait sleeps on the doorbell at once (BusyPoll -1)", smcloop.Config{BusyPoll: -1}, smcloop.ListenConfig{}},
 		// 1 MiB DMBs, SMC-D's largest, as the kernel's loopback-ism figures use.
 		{"smcd-1m", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB, as loopback-ism's published figures)",
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB}, smcloop.ListenConfig{}},
