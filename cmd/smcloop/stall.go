@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/smcloop/smcloop/internal/presence"
 )
@@ -31,7 +27,7 @@ func stallDial(ctx context.Context, addr string) (net.Conn, error) {
 		if err != nil || !presence.IsLocal(dst.Addr()) || !presence.ListenerPresent(dst) {
 			return nil
 		}
-		port, err := bindReusable(rc, network)
+		port, err := presence.BindBeforeConnect(rc, network, netip.AddrPort{}, true)
 		if err != nil {
 			return err
 		}
@@ -53,44 +49,6 @@ func stallDial(ctx context.Context, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	return &stallConn{Conn: conn, entry: entry}, nil
-}
-
-// bindReusable binds the socket to the wildcard address and an ephemeral port before
-// connect, with SO_REUSEADDR as smcloop's dialer does, and returns the port.
-func bindReusable(rc syscall.RawConn, network string) (uint16, error) {
-	var port uint16
-	var serr error
-	err := rc.Control(func(fd uintptr) {
-		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
-			return
-		}
-		var sa unix.Sockaddr = &unix.SockaddrInet6{}
-		if network == "tcp4" {
-			sa = &unix.SockaddrInet4{}
-		}
-		if serr = unix.Bind(int(fd), sa); serr != nil {
-			return
-		}
-		var got unix.Sockaddr
-		if got, serr = unix.Getsockname(int(fd)); serr != nil {
-			return
-		}
-		switch a := got.(type) {
-		case *unix.SockaddrInet4:
-			port = uint16(a.Port)
-		case *unix.SockaddrInet6:
-			port = uint16(a.Port)
-		default:
-			serr = fmt.Errorf("unexpected socket address %T", got)
-		}
-	})
-	if err != nil {
-		return 0, err
-	}
-	if serr != nil {
-		return 0, os.NewSyscallError("bind", serr)
-	}
-	return port, nil
 }
 
 // stallConn is a stalling client's connection; it holds the dialer name until closed.

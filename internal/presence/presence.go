@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -190,4 +191,54 @@ func IsLocal(ip netip.Addr) bool {
 		}
 	}
 	return local.addrs[ip]
+}
+
+// BindBeforeConnect binds a dialing socket to laddr (or the wildcard address with port
+// 0) before connect and returns the port, so the dialer name can be registered before
+// the SYN. SO_REUSEADDR lets a port whose earlier connection sits in
+// TIME_WAIT be bound again, as connect's own port choice would.
+func BindBeforeConnect(rc syscall.RawConn, network string, laddr netip.AddrPort, reuse bool) (uint16, error) {
+	var port uint16
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		if reuse {
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
+				return
+			}
+		}
+		var sa unix.Sockaddr
+		if network == "tcp4" {
+			sa4 := &unix.SockaddrInet4{Port: int(laddr.Port())}
+			if laddr.IsValid() {
+				sa4.Addr = laddr.Addr().Unmap().As4()
+			}
+			sa = sa4
+		} else {
+			sa6 := &unix.SockaddrInet6{Port: int(laddr.Port())}
+			if laddr.IsValid() {
+				sa6.Addr = laddr.Addr().As16()
+			}
+			sa = sa6
+		}
+		if serr = unix.Bind(int(fd), sa); serr != nil {
+			return
+		}
+		var got unix.Sockaddr
+		if got, serr = unix.Getsockname(int(fd)); serr != nil {
+			return
+		}
+		switch a := got.(type) {
+		case *unix.SockaddrInet4:
+			port = uint16(a.Port)
+		case *unix.SockaddrInet6:
+			port = uint16(a.Port)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, os.NewSyscallError("bind", serr)
+	}
+	return port, nil
 }
