@@ -61,11 +61,14 @@ type Config struct {
 	// spins on at most half the process's Ps at once. Negative: no spinning at all, every
 	// wait sleeps on the doorbell at once.
 	BusyPoll time.Duration
-	// AutocorkSize bounds autocorking: while the peer has not consumed our previous push,
-	// a write that leaves at most min(send space / 2, AutocorkSize) bytes pending is held
-	// back to go out with what follows (published by the next write, or as soon as the
-	// peer catches up). Default SMCLOOP_AUTOCORK_SIZE, else 64 KiB
-	// (net.smc.autocorking_size). Negative disables autocorking.
+	// AutocorkSize enables autocorking: while the peer has not consumed our previous push,
+	// a small write that leaves at most min(send space / 2, AutocorkSize) bytes pending is
+	// held back to go out with what follows (published by the next write, or as soon as
+	// the peer catches up). Default SMCLOOP_AUTOCORK_SIZE, else off: unlike the kernel's
+	// CDC messages, an SMC-D publication here is one atomic store, and holding writes
+	// measured slower (`smcloop bench --preset autocork`). 64 KiB is the kernel's
+	// net.smc.autocorking_size. Negative disables autocorking even if the environment
+	// enables it.
 	AutocorkSize int
 	// AutosplitSize splits writes of at least 4/3 of it into segments of this size, each
 	// published as soon as it is copied, so the receiver copies out while the sender
@@ -212,7 +215,7 @@ func processDefaults() (envDefaults, error) {
 func readEnv(environ []string) (envDefaults, error) {
 	d := envDefaults{
 		rmem: 64 << 10, wmem: 64 << 10, sendMode: SendNoCopy, smcd: true,
-		autocork: 64 << 10, autosplit: 128 << 10,
+		autocork: 0, autosplit: 128 << 10,
 		ueid: "SMCLOOP", handshakeTimeout: clc.WaitTime,
 	}
 	for _, kv := range environ {

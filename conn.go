@@ -62,17 +62,17 @@ type Conn struct {
 	rxSpin      spinner
 
 	// Writer state, owned by writeMu.
-	writeMu      sync.Mutex
-	txSize       int
-	txProd       cdc.Cursor  // published producer cursor in the peer's ring
-	txPrep       cdc.Cursor  // prepared: bytes up to here are in the send space, maybe unpublished
-	txCons       cdc.Cursor  // peer's consumer cursor of its ring, last validated
-	txConsW      uint64      // the raw word txCons came from
-	writeBlocked bool        // write_blocked is published
-	corked       bool        // SetCork(true)
-	moreHeld     bool        // the last write carried "more is coming"
-	wrClosed     atomic.Bool // CloseWrite done
-	txSpin       spinner
+	writeMu  sync.Mutex
+	txSize   int
+	txProd   cdc.Cursor    // published producer cursor in the peer's ring
+	txPrep   cdc.Cursor    // prepared: bytes up to here are in the send space, maybe unpublished
+	txCons   cdc.Cursor    // peer's consumer cursor of its ring, last validated
+	txConsW  uint64        // the raw word txCons came from
+	txFlags  cdc.ProdFlags // producer flags published (write_blocked, cons_curs_upd_req)
+	corked   bool          // SetCork(true)
+	moreHeld bool          // the last write carried "more is coming"
+	wrClosed atomic.Bool   // CloseWrite done
+	txSpin   spinner
 
 	// The writer's doorbell has one waiter at a time: a Write waiting for space, or the
 	// flusher waiting to publish autocorked bytes. spaceTok is that right.

@@ -162,7 +162,7 @@ func (c *Conn) consume(unread int, pf cdc.ProdFlags, f func(ring []byte) int) in
 	}
 	c.rxCons = c.rxCons.Add(c.rxSize, n)
 	c.rxBytes.Add(uint64(n))
-	c.confirm(pf, false)
+	c.confirm(pf, n == unread) // a read that empties the ring publishes: nobody may wait on its window
 	return n
 }
 

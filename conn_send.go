@@ -316,6 +316,7 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 		c.autosplitSegments.Add(1)
 	case holdAutocork:
 		c.autocorked.Add(1)
+		c.setProdFlag(cdc.ConsCursUpdReq, true) // keep the peer's consumer cursor fresh while we hold
 		c.armFlusher()
 	}
 	if push {
@@ -338,20 +339,31 @@ func (c *Conn) pushLocked() {
 	c.link.PushProd(cdc.PackWord(c.txProd, 0, 0), off, pending)
 	c.pushes.Add(1)
 	c.setWriteBlocked(false)
+	c.setProdFlag(cdc.ConsCursUpdReq, false)
 }
 
 // setWriteBlocked publishes the write_blocked producer flag (the peer's RMB is full) when
 // it changes. writeMu is held.
-func (c *Conn) setWriteBlocked(on bool) {
-	if on == c.writeBlocked {
+func (c *Conn) setWriteBlocked(on bool) { c.setProdFlag(cdc.WriteBlocked, on) }
+
+// setProdFlag publishes a producer flag in our consumer word when it changes: write_blocked
+// (the peer's RMB is full) or cons_curs_upd_req (we hold autocorked bytes and want the
+// peer to publish its consumer cursor on every read, so our view of its progress stays
+// fresh). writeMu is held.
+func (c *Conn) setProdFlag(f cdc.ProdFlags, on bool) {
+	if c.txFlags&f != 0 == on {
 		return
 	}
-	c.writeBlocked = on
+	if on {
+		c.txFlags |= f
+	} else {
+		c.txFlags &^= f
+	}
 	c.ctlMu.Lock()
 	if on {
-		c.ctlPF |= cdc.WriteBlocked
+		c.ctlPF |= f
 	} else {
-		c.ctlPF &^= cdc.WriteBlocked
+		c.ctlPF &^= f
 	}
 	c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), 0)
 	c.ctlMu.Unlock()

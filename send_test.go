@@ -139,7 +139,7 @@ func TestCloseFlushesCorkedBytes(t *testing.T) {
 }
 
 func TestAutocork(t *testing.T) {
-	a, b := pipe(t, Config{}, Config{})
+	a, b := pipe(t, Config{AutocorkSize: 64 << 10}, Config{})
 	defer a.Close()
 	defer b.Close()
 	// A lone message finds the peer caught up: no latency cost.
@@ -172,8 +172,8 @@ func TestAutocork(t *testing.T) {
 	if got := readN(t, b, len(want)); !bytes.Equal(got, want) {
 		t.Fatal("bytes differ")
 	}
-	// Disabled: every write is published.
-	c, d := pipe(t, Config{AutocorkSize: -1}, Config{})
+	// Off (the default): every write is published.
+	c, d := pipe(t, Config{}, Config{})
 	defer c.Close()
 	defer d.Close()
 	c.Write(pattern(100, 5))

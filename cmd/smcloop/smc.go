@@ -35,7 +35,7 @@ func registerSMC() {
 		cfg  smcloop.Config
 		lc   smcloop.ListenConfig // Config is set from cfg
 	}{
-		{"smcd", "smcloop defaults (64 KiB DMB, short adaptive spin-yield before sleeping, autocork, autosplit 128 KiB)",
+		{"smcd", "smcloop defaults (64 KiB DMB, short adaptive spin-yield before sleeping, autosplit 128 KiB)",
 			smcloop.Config{}, smcloop.ListenConfig{}}, // doorbells; busy polling only if SMCLOOP_BUSY_POLL sets it
 		{"smcd-nospin", "smcloop, no spinning: every wait sleeps on the doorbell at once (BusyPoll -1)", smcloop.Config{BusyPoll: -1}, smcloop.ListenConfig{}},
 		// 1 MiB DMBs, SMC-D's largest, as the kernel's loopback-ism figures use.
@@ -45,8 +45,8 @@ func registerSMC() {
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB, BusyPoll: 200 * time.Microsecond}, smcloop.ListenConfig{}},
 		{"smcd-copy", "smcloop, RMem/WMem 1 MiB, copying sends (own send buffer, then move_data)",
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB, SendMode: smcloop.SendCopy}, smcloop.ListenConfig{}},
-		// Seed 001: autocorking off (AutocorkSize -1).
-		{"smcd-nocork", "smcloop defaults with autocorking off", smcloop.Config{AutocorkSize: -1}, smcloop.ListenConfig{}},
+		// Seed 001: autocorking on (it is off by default; see docs/TUNING.md).
+		{"smcd-autocork", "smcloop defaults with autocorking on (AutocorkSize 64 KiB, the kernel's autocorking_size)", smcloop.Config{AutocorkSize: 64 << 10}, smcloop.ListenConfig{}},
 		// Seed 002: 1 MiB buffers (the seed's 512 KiB wmem/rmem is above SMC-D's default;
 		// 1 MiB is its largest DMB), autosplit at its default 128 KiB and off.
 		{"smcd-1m-split", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB), autosplit 128 KiB (the default)",

@@ -36,12 +36,12 @@ var presets = []Preset{
 		Options: []Option{
 			{"mode", "bw"},
 			{"bw-sizes", "1:64K:*2"},
-			{"transports", "smcd,smcd-nocork,tcp"},
+			{"transports", "smcd-autocork,smcd,tcp"},
 			{"duration", "500ms"},
 			{"warmup", "100ms"},
 			{"rounds", "2"},
 		},
-		Compare: &Comparison{Feature: "autocork", With: "smcd", Without: "smcd-nocork"},
+		Compare: &Comparison{Feature: "autocork", With: "smcd-autocork", Without: "smcd"},
 	},
 	{
 		Name: "autosplit",

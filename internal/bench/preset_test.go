@@ -39,7 +39,7 @@ func TestPresetExpansion(t *testing.T) {
 	if err != nil || len(sizes) != 17 || sizes[0] != 1 || sizes[16] != 64<<10 {
 		t.Errorf("autocork sizes %v (%v), want 1 B .. 64 KiB in 17 steps", sizes, err)
 	}
-	if o["mode"] != "bw" || o["transports"] != "smcd,smcd-nocork,tcp" {
+	if o["mode"] != "bw" || o["transports"] != "smcd-autocork,smcd,tcp" {
 		t.Errorf("autocork options %v", o)
 	}
 	// 17 sizes, 3 transports: one to two minutes.
@@ -62,11 +62,11 @@ func TestPresetExpansion(t *testing.T) {
 	}
 
 	// The comparison holds while both of its transports are measured.
-	if c := p.CompareFor([]string{"tcp", "smcd-nocork", "smcd"}); c == nil || *c != *p.Compare || c == p.Compare {
+	if c := p.CompareFor([]string{"tcp", "smcd", "smcd-autocork"}); c == nil || *c != *p.Compare || c == p.Compare {
 		t.Errorf("CompareFor(all) = %v, want a copy of %v", c, p.Compare)
 	}
 	if c := p.CompareFor([]string{"smcd", "tcp"}); c != nil {
-		t.Errorf("CompareFor without smcd-nocork = %v", c)
+		t.Errorf("CompareFor without smcd-autocork = %v", c)
 	}
 
 	as, _ := LookupPreset("autosplit")
