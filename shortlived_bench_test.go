@@ -22,20 +22,7 @@ func BenchmarkShortLived(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer ln.Close()
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						buf := make([]byte, 64)
-						io.ReadFull(c, buf)
-						c.Write(buf)
-						c.Close()
-					}()
-				}
-			}()
+			go serveShortLived(ln)
 			req := make([]byte, 64)
 			b.ReportAllocs()
 			for b.Loop() {
@@ -61,20 +48,7 @@ func BenchmarkShortLivedParallel(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				buf := make([]byte, 64)
-				io.ReadFull(c, buf)
-				c.Write(buf)
-				c.Close()
-			}()
-		}
-	}()
+	go serveShortLived(ln)
 	b.SetParallelism(64)
 	b.RunParallel(func(pb *testing.PB) {
 		req := make([]byte, 64)
@@ -90,4 +64,20 @@ func BenchmarkShortLivedParallel(b *testing.B) {
 			c.Close()
 		}
 	})
+}
+
+// serveShortLived answers each connection's 64-byte request with itself and closes.
+func serveShortLived(ln *Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			buf := make([]byte, 64)
+			io.ReadFull(c, buf)
+			c.Write(buf)
+			c.Close()
+		}()
+	}
 }
