@@ -2,11 +2,10 @@ package smcloop
 
 import (
 	"io"
-	"net"
 	"os"
-	"syscall"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/sockopt"
 	"github.com/smcloop/smcloop/smcd"
 )
 
@@ -36,7 +35,7 @@ func (c *Conn) WriteMore(b []byte) (int, error) {
 // On a TCP fallback it sets TCP_CORK on the socket.
 func (c *Conn) SetCork(on bool) error {
 	if !c.smc {
-		return setTCPCork(c.tcp.Conn, on)
+		return sockopt.SetCork(c.tcp.Conn, on)
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
@@ -434,27 +433,4 @@ func (c *Conn) flushHeld() {
 		c.link.Retract(smcd.WakeWriter)
 		<-c.spaceTok
 	}
-}
-
-// setTCPCork sets TCP_CORK on a fallback connection's socket.
-func setTCPCork(conn net.Conn, on bool) error {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	v := 0
-	if on {
-		v = 1
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, v)
-	}); err != nil {
-		return err
-	}
-	return os.NewSyscallError("setsockopt TCP_CORK", serr)
 }

@@ -57,29 +57,9 @@ func startChild(ctx context.Context, mk ServerCmd, args []string) (*child, error
 		return nil, fmt.Errorf("starting the server process: %w", err)
 	}
 
-	type result struct {
-		line string
-		err  error
-	}
-	lines := make(chan result, 1)
-	go func() {
-		line, err := c.out.ReadString('\n')
-		lines <- result{line, err}
-	}()
-	timer := time.NewTimer(childStartTimeout)
-	defer timer.Stop()
-	var r result
-	select {
-	case r = <-lines:
-	case <-timer.C:
-		c.kill()
-		<-lines
-		return nil, fmt.Errorf("server process did not listen within %v%s", childStartTimeout, c.reap())
-	case <-ctx.Done():
-		c.kill()
-		<-lines
-		c.reap()
-		return nil, context.Cause(ctx)
+	r, err := c.readLine(ctx, childStartTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("server process did not listen: %w", err)
 	}
 	addr, ok := strings.CutPrefix(strings.TrimSuffix(r.line, "\n"), "LISTEN ")
 	if r.err != nil || !ok || addr == "" {
@@ -150,29 +130,9 @@ func (c *child) command(ctx context.Context, cmd, reply string) (string, error) 
 		c.kill()
 		return "", fmt.Errorf("sending %q to the server process: %w%s", cmd, err, c.reap())
 	}
-	type result struct {
-		line string
-		err  error
-	}
-	lines := make(chan result, 1)
-	go func() {
-		line, err := c.out.ReadString('\n')
-		lines <- result{line, err}
-	}()
-	timer := time.NewTimer(childReplyTimeout)
-	defer timer.Stop()
-	var r result
-	select {
-	case r = <-lines:
-	case <-timer.C:
-		c.kill()
-		<-lines
-		return "", fmt.Errorf("server process did not answer %q within %v%s", cmd, childReplyTimeout, c.reap())
-	case <-ctx.Done():
-		c.kill()
-		<-lines
-		c.reap()
-		return "", context.Cause(ctx)
+	r, err := c.readLine(ctx, childReplyTimeout)
+	if err != nil {
+		return "", fmt.Errorf("server process did not answer %q: %w", cmd, err)
 	}
 	rest, ok := strings.CutPrefix(strings.TrimSuffix(r.line, "\n"), reply+" ")
 	if r.err != nil || !ok {
@@ -277,4 +237,36 @@ func (t *tailBuffer) String() string {
 func (c *child) abort() {
 	c.kill()
 	c.reap()
+}
+
+// lineResult is one line read from the child's stdout.
+type lineResult struct {
+	line string
+	err  error
+}
+
+// readLine reads the child's next stdout line. If none comes within timeout, or ctx ends,
+// the child is killed and reaped and the error says so (ctx's cause, or the timeout and
+// the child's exit). A read error is returned in the result, for the caller to interpret.
+func (c *child) readLine(ctx context.Context, timeout time.Duration) (lineResult, error) {
+	lines := make(chan lineResult, 1)
+	go func() {
+		line, err := c.out.ReadString('\n')
+		lines <- lineResult{line, err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-lines:
+		return r, nil
+	case <-timer.C:
+		c.kill()
+		<-lines
+		return lineResult{}, fmt.Errorf("nothing within %v%s", timeout, c.reap())
+	case <-ctx.Done():
+		c.kill()
+		<-lines
+		c.reap()
+		return lineResult{}, context.Cause(ctx)
+	}
 }

@@ -1,32 +1,7 @@
 package bench
 
-import (
-	"fmt"
-	"net"
-	"os"
-	"syscall"
-)
+import "github.com/smcloop/smcloop/internal/sockopt"
 
 // tcpCork sets or clears TCP_CORK on a TCP connection, as nginx does around sendfile with
 // tcp_nopush on.
-var tcpCork = func(conn net.Conn, on bool) error {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return fmt.Errorf("cork: %T has no socket", conn)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	v := 0
-	if on {
-		v = 1
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, v)
-	}); err != nil {
-		return err
-	}
-	return os.NewSyscallError("setsockopt TCP_CORK", serr)
-}
+var tcpCork = sockopt.SetCork
