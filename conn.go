@@ -50,6 +50,7 @@ type Conn struct {
 	signal                     *presence.Entry // dialer name kept until the server surely saw it
 	signalOnce                 sync.Once
 	clcBytesSent, clcBytesRecv uint64
+	server                     bool // accepted, not dialed
 
 	// Reader state, owned by readMu.
 	readMu      sync.Mutex

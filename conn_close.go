@@ -197,7 +197,8 @@ func (c *Conn) observePeer(cf cdc.ConnFlags) {
 
 // Close closes the connection. On SMC it sends the close (peer_conn_closed, or
 // peer_conn_abort if unread data is left in our buffer), wakes and waits out any
-// blocked Read or Write, closes the TCP connection and releases both DMBs.
+// blocked Read or Write, closes the TCP connection (with a reset where the peer can have
+// nothing left to read on it) and releases both DMBs.
 func (c *Conn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return c.opError("close", net.ErrClosed)
@@ -233,12 +234,25 @@ func (c *Conn) Close() error {
 		c.ctlCF |= t.send
 		c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), smcd.WakeReader|smcd.WakeWriter)
 	}
+	peerDone := c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
 	c.ctlMu.Unlock()
 
+	if c.server || peerDone {
+		// Nothing on the CLC socket is left for the peer to read, so it is released with
+		// a reset: no FIN exchange and no TIME_WAIT on either side. A server connection
+		// exists only once the client's Confirm, its last CLC message, was read, and the
+		// client reads nothing from TCP after it. A client resets only after the server
+		// published its close or abort flag, which it does only once established, i.e.
+		// after reading our Confirm. Otherwise a FIN keeps the Confirm readable for a
+		// server that has not read it yet.
+		if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+	}
 	c.tcp.Close() // after the close flags: the peer learns of the close before the EOF
 	<-c.monitorDone
 	c.ctlMu.Lock()
-	peerDone := c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
+	peerDone = c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
 	c.ctlMu.Unlock()
 	c.link.Close(peerDone)
 	return nil

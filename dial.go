@@ -16,7 +16,8 @@ type Dialer struct {
 	// Config holds the SMC settings of the connections this dialer makes.
 	Config Config
 	// NetDialer dials the TCP connection (timeouts, local address, keep-alive). Its
-	// Timeout also bounds the CLC handshake.
+	// Timeout also bounds the CLC handshake. Its keep-alive settings apply to
+	// connections that fall back to TCP; an SMC connection's TCP connection has none.
 	NetDialer net.Dialer
 }
 
@@ -58,6 +59,8 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	nd.ControlContext = sig.control(d.NetDialer)
 	nd.Control = nil
 	nd.LocalAddr = nil // bound by sig.control
+	ka := keepAliveConfig(nd.KeepAlive, nd.KeepAliveConfig)
+	nd.KeepAlive, nd.KeepAliveConfig = -1, noKeepAlive // applied below if we fall back
 	tcp, err := nd.DialContext(ctx, network, address)
 	entry := sig.take(tcp)
 	if err != nil {
@@ -66,10 +69,12 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	if entry == nil {
 		c := plainConn(tcp, cfg, clc.DeclPeerNoSMC)
 		countHandshake(sideClient, c, nil)
+		applyKeepAlive(c, ka)
 		return c, nil
 	}
 	c, err := clientHandshake(ctx, tcp, cfg)
 	countHandshake(sideClient, c, err)
+	applyKeepAlive(c, ka)
 	if err == nil && c.clcBytesRecv == 0 {
 		// We declined without hearing from the server: it may not have looked our name
 		// up yet. Keep it until the server's first bytes arrive or the connection closes.

@@ -115,24 +115,38 @@ func (h *handshake) release() {
 	}
 }
 
-// arm sets the TCP deadline for one CLC wait: the handshake timeout, or the context's
-// deadline if sooner.
-func (h *handshake) arm() {
-	dl := time.Now().Add(h.cfg.handshakeTimeout)
-	if d, ok := h.ctx.Deadline(); ok && d.Before(dl) {
+// newHandshake starts one side's handshake on tcp and sets the deadline that bounds it:
+// the CLC timeout (the kernel's wait for each message; one handshake of smcloop's is a
+// single wait on each side plus local work), or the context's deadline if sooner.
+func newHandshake(ctx context.Context, tcp net.Conn, cfg *settings, side string) *handshake {
+	h := handshakePool.Get().(*handshake)
+	// Field by field: the message buffers need no clearing.
+	h.tcp, h.cfg, h.side, h.ctx, h.version = &countingConn{Conn: tcp}, cfg, side, ctx, clc.V2
+	h.group, h.dmb, h.remote, h.peerSize = nil, nil, nil, 0
+	h.rd.c, h.rd.r, h.rd.w = h.tcp, 0, 0
+	dl := time.Now().Add(cfg.handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
 	}
-	h.tcp.SetDeadline(dl)
+	tcp.SetDeadline(dl)
+	return h
+}
+
+// handshakePool recycles handshake state (two message buffers) across connections.
+var handshakePool = sync.Pool{New: func() any { return new(handshake) }}
+
+// done returns h to the pool; the connection it built keeps nothing of it.
+func (h *handshake) done() {
+	h.tcp, h.cfg, h.ctx, h.group, h.dmb, h.remote, h.rd.c = nil, nil, nil, nil, nil, nil, nil
+	handshakePool.Put(h)
 }
 
 func (h *handshake) send(b []byte) error {
-	h.arm()
 	_, err := h.tcp.Write(b)
 	return err
 }
 
 func (h *handshake) read(expect clc.MsgType) (clc.Message, error) {
-	h.arm()
 	_, raw, err := clc.ReadMsg(&h.rd, expect, h.buf[:])
 	if err != nil {
 		return nil, err
@@ -180,6 +194,7 @@ func (h *handshake) established() (*Conn, error) {
 		state:  StateActive,
 		rxSize: h.dmb.Size() - cdc.AreaSize, txSize: h.peerSize - cdc.AreaSize,
 		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
+		server:      h.side == "server",
 		monitorDone: make(chan struct{}),
 		spaceTok:    make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
@@ -230,8 +245,8 @@ func dmbeCode(size int) uint8 { return cdc.CompressSize(size, cdc.MaxSMCDBufCode
 
 // clientHandshake runs the client side (__smc_connect) over an established TCP conn.
 func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, error) {
-	h := &handshake{tcp: &countingConn{Conn: tcp}, cfg: cfg, side: "client", ctx: ctx, version: clc.V2}
-	h.rd.c = h.tcp
+	h := newHandshake(ctx, tcp, cfg, "client")
+	defer h.done()
 	if !cfg.smcd {
 		// No ISM device: tell the server instead of proposing (smc_connect_decline_fallback).
 		return h.decline(clc.DeclNoSMCDev)
@@ -317,8 +332,8 @@ func (h *handshake) checkAccept(acc *clc.AcceptConfirm) uint32 {
 
 // serverHandshake runs the server side (smc_listen_work) over an accepted TCP conn.
 func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, error) {
-	h := &handshake{tcp: &countingConn{Conn: tcp}, cfg: cfg, side: "server", ctx: ctx, version: clc.V2}
-	h.rd.c = h.tcp
+	h := newHandshake(ctx, tcp, cfg, "server")
+	defer h.done()
 	m, err := h.read(clc.TypeProposal)
 	if err != nil {
 		return nil, h.fail("waiting for proposal", err)

@@ -38,17 +38,24 @@ type ListenConfig struct {
 	// HandshakeWorkers bounds concurrent handshakes; 0 means DefaultHandshakeWorkers.
 	HandshakeWorkers int
 	// LimitHandshake is SMC_LIMIT_HS: while handshakes are congested (every worker busy
-	// and more waiting), the listener withdraws its SMC capability signal, so new
-	// clients connect as plain TCP at once, with no CLC exchange (reason PEERNOSMC).
+	// and more waiting, or handshakes slower than SlowHandshake), the listener withdraws
+	// its SMC capability signal, so new clients connect as plain TCP at once, with no CLC
+	// exchange (reason PEERNOSMC).
 	// Nil means the process default (SMCLOOP_LIMIT_HS, else off, as
 	// net.smc.limit_smc_hs).
 	LimitHandshake *bool
+	// SlowHandshake is LimitHandshake's second congestion test: a handshake that takes
+	// longer than this (from accept until the connection is ready, queueing included)
+	// withdraws the SMC signal for a back-off period (50ms, doubling to 1s while probe
+	// handshakes stay slow). 0 means DefaultSlowHandshake. Used only with LimitHandshake.
+	SlowHandshake time.Duration
 	// HandshakeDelay is fault injection for testing: each server handshake waits this
 	// long before reading the proposal, as on a loaded host. It lets tests and
 	// `smcloop bench` show what congestion does and what LimitHandshake saves. 0 in
 	// production.
 	HandshakeDelay time.Duration
-	// NetListenConfig creates the TCP listener.
+	// NetListenConfig creates the TCP listener. Its keep-alive settings apply to
+	// connections delivered as TCP; an SMC connection's TCP connection has none.
 	NetListenConfig net.ListenConfig
 }
 
@@ -63,6 +70,7 @@ type ListenerStats struct {
 	BacklogFull    uint64 // times the accept loop paused on a full backlog
 	PendingNow     int    // connections in the backlog now
 	HandshakingNow int    // handshakes queued or running now
+	Advertising    bool   // the SMC capability signal is up now (false while withdrawn)
 }
 
 // Listener accepts SMC connections. Its accept loop never waits on a handshake: it
@@ -75,16 +83,20 @@ type Listener struct {
 	workers int
 	delay   time.Duration
 	name    string // our capability name
+	// keepAlive is the TCP keep-alive for connections delivered as TCP.
+	keepAlive net.KeepAliveConfig
 
 	ready chan *Conn    // connections ready for Accept
 	slots chan struct{} // one token per pending connection (backlog)
-	jobs  chan net.Conn // accepted connections waiting for a handshake worker
+	jobs  chan hsJob    // accepted connections waiting for a handshake worker
 
 	sigMu     sync.Mutex
 	sig       *presence.Entry // nil while withdrawn; sigMu
-	congested bool            // sigMu
+	congested bool            // handshakes exceed workers; sigMu
+	lim       hsLimiter       // sigMu
+	retry     *time.Timer     // wakes an open breaker; sigMu
 
-	handshaking atomic.Int64 // queued + running handshakes
+	handshaking atomic.Int64 // queued + running handshakes (for Stats)
 
 	accepted, smc, fallback, hsErrs, congestions, withdrawals, backlogFull atomic.Uint64
 
@@ -122,6 +134,12 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return fail(errors.New("smcloop: ListenConfig.HandshakeWorkers is negative; use 0 for the default"))
 	case lc.HandshakeDelay < 0:
 		return fail(errors.New("smcloop: ListenConfig.HandshakeDelay is negative; use 0 (no delay)"))
+	case lc.SlowHandshake < 0:
+		return fail(errors.New("smcloop: ListenConfig.SlowHandshake is negative; use 0 for the default"))
+	}
+	slow := lc.SlowHandshake
+	if slow == 0 {
+		slow = DefaultSlowHandshake
 	}
 	if backlog == 0 {
 		backlog = DefaultBacklog
@@ -134,7 +152,10 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if lc.LimitHandshake != nil {
 		limit = *lc.LimitHandshake
 	}
-	tcp, err := lc.NetListenConfig.Listen(ctx, network, address)
+	nlc := lc.NetListenConfig
+	ka := keepAliveConfig(nlc.KeepAlive, nlc.KeepAliveConfig)
+	nlc.KeepAlive, nlc.KeepAliveConfig = -1, noKeepAlive // applied to fallbacks (keepalive.go)
+	tcp, err := nlc.Listen(ctx, network, address)
 	if err != nil {
 		return nil, err
 	}
@@ -144,11 +165,12 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return fail(fmt.Errorf("smcloop: listener address %v is not TCP", tcp.Addr()))
 	}
 	l := &Listener{
-		tcp: tcp, cfg: cfg, limitHS: limit, workers: workers, delay: lc.HandshakeDelay,
+		tcp: tcp, cfg: cfg, limitHS: limit, keepAlive: ka, workers: workers, delay: lc.HandshakeDelay,
 		name:   presence.ListenerName(ta.AddrPort()),
 		ready:  make(chan *Conn, backlog),
 		slots:  make(chan struct{}, backlog),
-		jobs:   make(chan net.Conn, backlog),
+		jobs:   make(chan hsJob, backlog),
+		lim:    hsLimiter{workers: workers, slow: slow},
 		closed: make(chan struct{}),
 	}
 	if l.sig, err = presence.Register(l.name, true); err != nil {
@@ -197,13 +219,20 @@ func (l *Listener) acceptLoop() {
 			l.fallback.Add(1)
 			c := plainConn(tcp, l.cfg, clc.DeclPeerNoSMC)
 			countHandshake(sideServer, c, nil)
+			applyKeepAlive(c, l.keepAlive)
 			l.deliver(c)
 			continue
 		}
-		l.handshaking.Add(1)
-		l.jobs <- tcp // never blocks: jobs has the backlog's capacity
-		l.updateCongestion()
+		start := time.Now()
+		l.hsStarted(start)
+		l.jobs <- hsJob{tcp, start} // never blocks: jobs has the backlog's capacity
 	}
+}
+
+// hsJob is an accepted connection whose client will speak CLC.
+type hsJob struct {
+	tcp   net.Conn
+	start time.Time // accepted
 }
 
 // clientSignalled reports whether the client of tcp registered its dialer name, i.e.
@@ -218,28 +247,49 @@ func clientSignalled(tcp net.Conn) bool {
 	return ok
 }
 
-// updateCongestion tracks handshake congestion (more handshakes than workers) and, with
-// LimitHandshake, withdraws or restores the capability signal.
-func (l *Listener) updateCongestion() {
+// hsStarted and hsFinished count handshakes for the congestion tests and, with
+// LimitHandshake, withdraw or restore the capability signal.
+func (l *Listener) hsStarted(now time.Time) {
+	l.handshaking.Add(1)
 	l.sigMu.Lock()
-	defer l.sigMu.Unlock()
-	congested := l.handshaking.Load() > int64(l.workers)
-	if congested == l.congested {
-		return
-	}
-	l.congested = congested
-	if congested {
-		l.congestions.Add(1)
+	l.lim.started(now)
+	l.applySignalLocked(now)
+	l.sigMu.Unlock()
+}
+
+func (l *Listener) hsFinished(start time.Time, completed bool) {
+	now := time.Now()
+	l.handshaking.Add(-1)
+	l.sigMu.Lock()
+	l.lim.finished(start, now, completed)
+	l.applySignalLocked(now)
+	l.sigMu.Unlock()
+}
+
+// applySignalLocked brings the counters and the signal in line with the limiter.
+func (l *Listener) applySignalLocked(now time.Time) {
+	if c := l.lim.countCongested(); c != l.congested {
+		l.congested = c
+		if c {
+			l.congestions.Add(1)
+		}
 	}
 	if !l.limitHS {
 		return
 	}
-	switch {
-	case congested && l.sig != nil:
+	if next := l.lim.tick(now); !next.IsZero() {
+		if l.retry == nil {
+			l.retry = time.AfterFunc(next.Sub(now), l.retryLimit)
+		} else {
+			l.retry.Reset(next.Sub(now))
+		}
+	}
+	switch want := l.lim.advertise(); {
+	case !want && l.sig != nil:
 		l.sig.Close()
 		l.sig = nil
 		l.withdrawals.Add(1)
-	case !congested && l.sig == nil:
+	case want && l.sig == nil:
 		select {
 		case <-l.closed:
 		default:
@@ -248,21 +298,28 @@ func (l *Listener) updateCongestion() {
 	}
 }
 
+// retryLimit runs when an open breaker's back-off has passed.
+func (l *Listener) retryLimit() {
+	l.sigMu.Lock()
+	l.applySignalLocked(time.Now())
+	l.sigMu.Unlock()
+}
+
 func (l *Listener) worker() {
 	defer l.wg.Done()
 	for {
 		select {
-		case tcp := <-l.jobs:
-			l.handshake(tcp)
-			l.handshaking.Add(-1)
-			l.updateCongestion()
+		case j := <-l.jobs:
+			l.hsFinished(j.start, l.handshake(j.tcp))
 		case <-l.closed:
 			return
 		}
 	}
 }
 
-func (l *Listener) handshake(tcp net.Conn) {
+// handshake runs one server handshake and reports whether it completed (SMC or a
+// decline); a failed one is dropped.
+func (l *Listener) handshake(tcp net.Conn) bool {
 	stop := context.AfterFunc(l.ctx, func() { tcp.Close() })
 	if l.delay > 0 {
 		select {
@@ -277,14 +334,16 @@ func (l *Listener) handshake(tcp net.Conn) {
 		l.hsErrs.Add(1)
 		tcp.Close()
 		<-l.slots
-		return
+		return false
 	}
 	if c.smc {
 		l.smc.Add(1)
 	} else {
 		l.fallback.Add(1)
+		applyKeepAlive(c, l.keepAlive)
 	}
 	l.deliver(c)
+	return true
 }
 
 // deliver queues a connection for Accept; its backlog slot is released by Accept.
@@ -330,6 +389,7 @@ func (l *Listener) Stats() ListenerStats {
 		Accepted: l.accepted.Load(), SMC: l.smc.Load(), Fallback: l.fallback.Load(),
 		HandshakeErrs: l.hsErrs.Load(), Congested: l.congestions.Load(), Withdrawn: l.withdrawals.Load(),
 		BacklogFull: l.backlogFull.Load(), PendingNow: len(l.slots), HandshakingNow: int(l.handshaking.Load()),
+		Advertising: l.advertising(),
 	}
 }
 
@@ -340,8 +400,8 @@ func (l *Listener) Close() error {
 	l.wg.Wait()
 	for {
 		select {
-		case tcp := <-l.jobs:
-			tcp.Close()
+		case j := <-l.jobs:
+			j.tcp.Close()
 			<-l.slots
 		case c := <-l.ready:
 			c.Close()
@@ -362,6 +422,9 @@ func (l *Listener) shutdown() (err error) {
 			l.sig.Close()
 			l.sig = nil
 		}
+		if l.retry != nil {
+			l.retry.Stop()
+		}
 		l.sigMu.Unlock()
 		err = l.tcp.Close()
 		if errors.Is(err, net.ErrClosed) {
@@ -369,6 +432,12 @@ func (l *Listener) shutdown() (err error) {
 		}
 	})
 	return err
+}
+
+func (l *Listener) advertising() bool {
+	l.sigMu.Lock()
+	defer l.sigMu.Unlock()
+	return l.sig != nil
 }
 
 // Addr returns the listener's network address.

@@ -1,0 +1,125 @@
+package smcloop
+
+import (
+	"testing"
+	"time"
+
+	"github.com/smcloop/smcloop/clc"
+)
+
+func TestHSLimiterCount(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	h := hsLimiter{workers: 2, slow: 10 * time.Millisecond}
+	for i := range 2 {
+		h.started(t0)
+		if !h.advertise() || h.countCongested() {
+			t.Fatalf("%d handshakes for 2 workers: congested", i+1)
+		}
+	}
+	h.started(t0)
+	if h.advertise() || !h.countCongested() {
+		t.Fatal("3 handshakes for 2 workers: not congested")
+	}
+	h.finished(t0, t0.Add(time.Millisecond), true)
+	if !h.advertise() || h.countCongested() || h.state != breakerClosed {
+		t.Fatalf("back to 2 fast handshakes: advertise %v, state %d", h.advertise(), h.state)
+	}
+}
+
+func TestHSLimiterBreaker(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	h := hsLimiter{workers: 64, slow: 10 * time.Millisecond}
+
+	// A failed handshake, however long, is not timed.
+	h.started(ms(0))
+	h.finished(ms(0), ms(6000), false)
+	if !h.advertise() {
+		t.Fatal("a failed handshake opened the breaker")
+	}
+	// A slow completed one opens it for 50ms.
+	h.started(ms(0))
+	h.started(ms(1)) // admitted before the breaker opened
+	h.finished(ms(0), ms(20), true)
+	if h.advertise() || h.state != breakerOpen || h.backoff != 50*time.Millisecond {
+		t.Fatalf("after a 20ms handshake: advertise %v state %d backoff %v", h.advertise(), h.state, h.backoff)
+	}
+	if next := h.tick(ms(40)); !next.Equal(ms(70)) || h.advertise() {
+		t.Fatalf("tick before the back-off: next %v advertise %v", next, h.advertise())
+	}
+	if next := h.tick(ms(70)); !next.IsZero() || h.state != breakerHalfOpen || !h.advertise() {
+		t.Fatalf("tick after the back-off: next %v state %d advertise %v", next, h.state, h.advertise())
+	}
+	// One probe passes, then the signal is down until it is timed.
+	h.started(ms(71))
+	if h.advertise() {
+		t.Fatal("half-open breaker advertises after admitting its probe")
+	}
+	h.finished(ms(1), ms(72), true) // the old handshake says nothing about now
+	if h.state != breakerHalfOpen {
+		t.Fatalf("an old handshake moved the half-open breaker to %d", h.state)
+	}
+	// A slow probe doubles the back-off, up to 1s.
+	h.finished(ms(71), ms(91), true)
+	if h.state != breakerOpen || h.backoff != 100*time.Millisecond || !h.retryAt.Equal(ms(191)) {
+		t.Fatalf("slow probe: state %d backoff %v retry %v", h.state, h.backoff, h.retryAt)
+	}
+	now := ms(191)
+	for range 10 {
+		h.tick(now)
+		h.started(now)
+		h.finished(now, now.Add(20*time.Millisecond), true)
+		now = h.retryAt
+	}
+	if h.backoff != time.Second {
+		t.Fatalf("back-off after many slow probes: %v, want 1s", h.backoff)
+	}
+	// A fast probe closes it and resets the back-off.
+	h.tick(now)
+	h.started(now)
+	h.finished(now, now.Add(time.Millisecond), true)
+	if h.state != breakerClosed || h.backoff != 0 || !h.advertise() || h.handshaking != 0 {
+		t.Fatalf("fast probe: state %d backoff %v advertise %v handshaking %d", h.state, h.backoff, h.advertise(), h.handshaking)
+	}
+}
+
+// TestLimitHandshakeSlow shows the time test on a real listener: a handshake slower
+// than SlowHandshake withdraws the signal, the next client connects as TCP without any
+// CLC, and after the back-off one probe handshake is let through.
+func TestLimitHandshakeSlow(t *testing.T) {
+	limit := true
+	lc := ListenConfig{LimitHandshake: &limit, HandshakeDelay: 30 * time.Millisecond, SlowHandshake: 10 * time.Millisecond}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+
+	c1, s1 := dialAccept(t, ln, Config{})
+	if !c1.UsingSMC() || !s1.UsingSMC() {
+		t.Fatalf("first connection: %s / %s", c1.Mode(), s1.Mode())
+	}
+	exchange(t, c1, s1)
+	waitFor(t, func() bool { return ln.Stats().Withdrawn == 1 })
+
+	c2, s2 := dialAccept(t, ln, Config{})
+	wantReasons(t, c2, clc.DeclPeerNoSMC, 0)
+	wantReasons(t, s2, clc.DeclPeerNoSMC, 0)
+	if st := c2.Stats(); st.CLCBytesSent != 0 || st.CLCBytesRecv != 0 {
+		t.Fatalf("CLC bytes while withdrawn: %+v", st)
+	}
+	exchange(t, c2, s2)
+
+	// After the back-off the breaker lets one probe through; it is slow too, so the
+	// signal goes down again.
+	waitFor(t, func() bool { return ln.Stats().Advertising })
+	c3, s3 := dialAccept(t, ln, Config{})
+	if !c3.UsingSMC() || !s3.UsingSMC() {
+		t.Fatalf("probe connection: %s / %s", c3.Mode(), s3.Mode())
+	}
+	exchange(t, c3, s3)
+	waitFor(t, func() bool { st := ln.Stats(); return st.Withdrawn == 2 && !st.Advertising })
+	if st := ln.Stats(); st.SMC != 2 || st.Fallback != 1 || st.HandshakeErrs != 0 {
+		t.Fatalf("listener counters: %+v", st)
+	}
+}
