@@ -46,9 +46,8 @@ type Conn struct {
 	link link   // nil after a fallback
 	net  string // "smcd" or "tcp", for errors
 
-	localReason, peerReason    uint32          // fallback reasons (0 when SMC is in use)
-	signal                     *presence.Entry // dialer name kept until the server surely saw it
-	signalOnce                 sync.Once
+	localReason, peerReason    uint32           // fallback reasons (0 when SMC is in use)
+	ticket                     *presence.Ticket // announcement kept until the server surely took it
 	clcBytesSent, clcBytesRecv uint64
 	server                     bool // accepted, not dialed
 

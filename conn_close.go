@@ -204,7 +204,9 @@ func (c *Conn) Close() error {
 		return c.opError("close", net.ErrClosed)
 	}
 	if !c.smc {
-		c.dropSignal()
+		if c.ticket != nil {
+			c.ticket.Cancel() // a no-op once the listener took it
+		}
 		return c.tcp.Close()
 	}
 	close(c.closing)
@@ -256,16 +258,6 @@ func (c *Conn) Close() error {
 	c.ctlMu.Unlock()
 	c.link.Close(peerDone)
 	return nil
-}
-
-// dropSignal releases the dialer name kept by a client that declined before the server
-// spoke. The server has probed the name once it sent anything, or once we close.
-func (c *Conn) dropSignal() {
-	c.signalOnce.Do(func() {
-		if c.signal != nil {
-			c.signal.Close()
-		}
-	})
 }
 
 // CloseWrite shuts down the writing side (shutdown(SHUT_WR)): the peer reads the bytes

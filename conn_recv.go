@@ -20,11 +20,7 @@ const peerStopFlags = cdc.PeerDoneWriting | cdc.PeerConnClosed | cdc.PeerConnAbo
 // blocks (doorbell, or busy-poll first if configured) only while the ring is empty.
 func (c *Conn) Read(b []byte) (int, error) {
 	if !c.smc {
-		n, err := c.tcp.Read(b)
-		if n > 0 && c.signal != nil {
-			c.dropSignal()
-		}
-		return n, err
+		return c.tcp.Read(b)
 	}
 	c.rxCalls.Add(1)
 	c.readMu.Lock()

@@ -62,11 +62,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	ka := keepAliveConfig(nd.KeepAlive, nd.KeepAliveConfig)
 	nd.KeepAlive, nd.KeepAliveConfig = -1, noKeepAlive // applied below if we fall back
 	tcp, err := nd.DialContext(ctx, network, address)
-	entry := sig.take(tcp)
+	ticket := sig.take(tcp)
 	if err != nil {
 		return nil, err
 	}
-	if entry == nil {
+	if ticket == nil || !ticket.Established() {
 		c := plainConn(tcp, cfg, clc.DeclPeerNoSMC)
 		countHandshake(sideClient, c, nil)
 		applyKeepAlive(c, ka)
@@ -75,27 +75,26 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	c, err := clientHandshake(ctx, tcp, cfg)
 	countHandshake(sideClient, c, err)
 	applyKeepAlive(c, ka)
-	if err == nil && c.clcBytesRecv == 0 {
-		// We declined without hearing from the server: it may not have looked our name
-		// up yet. Keep it until the server's first bytes arrive or the connection closes.
-		c.signal = entry
-	} else {
-		entry.Close() // the server looked it up before it sent its first CLC byte
-	}
 	if err != nil {
+		ticket.Cancel() // in case the listener never took it
 		tcp.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Source: tcp.LocalAddr(), Addr: tcp.RemoteAddr(), Err: err}
+	}
+	if c.clcBytesRecv == 0 {
+		// We declined without hearing from the server. It takes announcements as it
+		// accepts; should it never accept this connection, the close releases ours.
+		c.ticket = ticket
 	}
 	return c, nil
 }
 
 // dialSignal binds the dialing socket before its SYN and, if the destination is a local
-// smcloop listener, registers the socket's dialer name so the listener knows to expect
-// CLC. A dial may try several addresses; one entry per attempt is kept until the winner
-// is known.
+// smcloop listener, announces the socket's port in the listener's registration table, so
+// the listener knows to expect CLC (docs/CAPABILITY.md). A dial may try several
+// addresses; one ticket per attempt is kept until the winner is known.
 type dialSignal struct {
 	mu      sync.Mutex
-	entries []*presence.Entry
+	tickets []*presence.Ticket
 }
 
 func (s *dialSignal) control(user net.Dialer) func(ctx context.Context, network, address string, rc syscall.RawConn) error {
@@ -114,49 +113,52 @@ func (s *dialSignal) control(user net.Dialer) func(ctx context.Context, network,
 		if err != nil {
 			return nil
 		}
-		smc := presence.IsLocal(dst.Addr()) && presence.ListenerPresent(dst)
+		var link *presence.Link
+		if presence.IsLocal(dst.Addr()) {
+			link = presence.Lookup(dst)
+		}
 		var laddr netip.AddrPort
 		if a, ok := user.LocalAddr.(*net.TCPAddr); ok && a != nil {
 			laddr = a.AddrPort()
 		}
-		if !smc && !laddr.IsValid() {
+		if link == nil && !laddr.IsValid() {
 			return nil // plain TCP: let connect pick the port
 		}
-		port, err := presence.BindBeforeConnect(rc, network, laddr, smc)
-		if err != nil || !smc {
+		port, err := presence.BindBeforeConnect(rc, network, laddr, link != nil)
+		if err != nil || link == nil {
 			return err
 		}
-		e, err := presence.Register(presence.DialerName(port, dst), false)
-		if err != nil {
-			return nil // no signal, no CLC: the connection is plain TCP
+		t, ok := link.Announce(port, dst)
+		if !ok {
+			return nil // not announced, no CLC: the connection is plain TCP
 		}
 		s.mu.Lock()
-		s.entries = append(s.entries, e)
+		s.tickets = append(s.tickets, t)
 		s.mu.Unlock()
 		return nil
 	}
 }
 
-// take returns the entry of the connection that won and releases the others.
-func (s *dialSignal) take(c net.Conn) *presence.Entry {
+// take returns the ticket of the connection that won and cancels the others.
+func (s *dialSignal) take(c net.Conn) *presence.Ticket {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var won *presence.Entry
+	var won *presence.Ticket
 	if c != nil {
 		la, _ := c.LocalAddr().(*net.TCPAddr)
 		ra, _ := c.RemoteAddr().(*net.TCPAddr)
 		if la != nil && ra != nil {
-			want := presence.DialerName(uint16(la.Port), ra.AddrPort())
-			for _, e := range s.entries {
-				if e.Name() == want {
-					won = e
+			dst := ra.AddrPort()
+			for _, t := range s.tickets {
+				if t.Port() == uint16(la.Port) && t.Dst().Port() == dst.Port() && t.Dst().Addr().Unmap() == dst.Addr().Unmap() {
+					won = t
 				}
 			}
 		}
 	}
-	for _, e := range s.entries {
-		if e != won {
-			e.Close()
+	for _, t := range s.tickets {
+		if t != won {
+			t.Cancel()
 		}
 	}
 	return won

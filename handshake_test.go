@@ -52,12 +52,12 @@ func registeredClient(t testing.TB, addr string) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := sig.take(c)
-	if e == nil {
+	tk := sig.take(c)
+	if tk == nil || !tk.Established() {
 		c.Close()
 		t.Fatalf("no smcloop listener registered at %s", addr)
 	}
-	t.Cleanup(func() { e.Close(); c.Close() })
+	t.Cleanup(func() { tk.Cancel(); c.Close() })
 	return c
 }
 
@@ -69,11 +69,11 @@ func advertisedServer(t testing.TB) net.Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := presence.Register(presence.ListenerName(ln.Addr().(*net.TCPAddr).AddrPort()), true)
+	adv, err := presence.Advertise(ln.Addr().(*net.TCPAddr).AddrPort())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Close(); ln.Close() })
+	t.Cleanup(func() { adv.Close(); ln.Close() })
 	return ln
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,7 +73,7 @@ type ListenerStats struct {
 }
 
 // Listener accepts SMC connections. Its accept loop never waits on a handshake: it
-// classifies each TCP connection by the capability signal (one syscall), hands the SMC
+// classifies each TCP connection by its slot in the registration table, hands the SMC
 // ones to a bounded set of handshake workers and delivers the plain ones directly.
 type Listener struct {
 	tcp     net.Listener
@@ -82,7 +81,7 @@ type Listener struct {
 	limitHS bool
 	workers int
 	delay   time.Duration
-	name    string // our capability name
+	adv     *presence.Advert // our capability signal and registration table
 	// keepAlive is the TCP keep-alive for connections delivered as TCP.
 	keepAlive net.KeepAliveConfig
 
@@ -91,10 +90,10 @@ type Listener struct {
 	jobs  chan hsJob    // accepted connections waiting for a handshake worker
 
 	sigMu     sync.Mutex
-	sig       *presence.Entry // nil while withdrawn; sigMu
-	congested bool            // handshakes exceed workers; sigMu
-	lim       hsLimiter       // sigMu
-	retry     *time.Timer     // wakes an open breaker; sigMu
+	withdrawn bool        // LimitHandshake withdrew the signal; sigMu
+	congested bool        // handshakes exceed workers; sigMu
+	lim       hsLimiter   // sigMu
+	retry     *time.Timer // wakes an open breaker; sigMu
 
 	handshaking atomic.Int64 // queued + running handshakes (for Stats)
 
@@ -166,14 +165,13 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	}
 	l := &Listener{
 		tcp: tcp, cfg: cfg, limitHS: limit, keepAlive: ka, workers: workers, delay: lc.HandshakeDelay,
-		name:   presence.ListenerName(ta.AddrPort()),
 		ready:  make(chan *Conn, backlog),
 		slots:  make(chan struct{}, backlog),
 		jobs:   make(chan hsJob, backlog),
 		lim:    hsLimiter{workers: workers, slow: slow},
 		closed: make(chan struct{}),
 	}
-	if l.sig, err = presence.Register(l.name, true); err != nil {
+	if l.adv, err = presence.Advertise(ta.AddrPort()); err != nil {
 		tcp.Close()
 		return fail(fmt.Errorf("smcloop: advertising SMC capability for %v: %w", ta, err))
 	}
@@ -187,7 +185,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 }
 
 // acceptLoop takes TCP connections while the backlog has room. It does no I/O on them:
-// one probe decides whether the client will speak CLC.
+// a look at the registration table decides whether the client will speak CLC.
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
 	for {
@@ -215,7 +213,7 @@ func (l *Listener) acceptLoop() {
 			return
 		}
 		l.accepted.Add(1)
-		if !clientSignalled(tcp) {
+		if !l.clientAnnounced(tcp) {
 			l.fallback.Add(1)
 			c := plainConn(tcp, l.cfg, clc.DeclPeerNoSMC)
 			countHandshake(sideServer, c, nil)
@@ -235,16 +233,16 @@ type hsJob struct {
 	start time.Time // accepted
 }
 
-// clientSignalled reports whether the client of tcp registered its dialer name, i.e.
-// is an smcloop dialer about to send a CLC Proposal.
-func clientSignalled(tcp net.Conn) bool {
+// clientAnnounced reports whether the client of tcp announced the connection in our
+// registration table, i.e. is an smcloop dialer about to send a CLC Proposal, and
+// consumes the announcement.
+func (l *Listener) clientAnnounced(tcp net.Conn) bool {
 	la, ok1 := tcp.LocalAddr().(*net.TCPAddr)
 	ra, ok2 := tcp.RemoteAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {
 		return false
 	}
-	ok, _ := presence.Probe(presence.DialerName(uint16(ra.Port), netip.AddrPortFrom(la.AddrPort().Addr(), la.AddrPort().Port())))
-	return ok
+	return l.adv.Take(ra.AddrPort(), la.AddrPort())
 }
 
 // hsStarted and hsFinished count handshakes for the congestion tests and, with
@@ -285,16 +283,13 @@ func (l *Listener) applySignalLocked(now time.Time) {
 		}
 	}
 	switch want := l.lim.advertise(); {
-	case !want && l.sig != nil:
-		l.sig.Close()
-		l.sig = nil
+	case !want && !l.withdrawn:
+		l.adv.Withdraw()
+		l.withdrawn = true
 		l.withdrawals.Add(1)
-	case want && l.sig == nil:
-		select {
-		case <-l.closed:
-		default:
-			l.sig, _ = presence.Register(l.name, true)
-		}
+	case want && l.withdrawn:
+		l.adv.Restore()
+		l.withdrawn = false
 	}
 }
 
@@ -418,14 +413,14 @@ func (l *Listener) shutdown() (err error) {
 		close(l.closed)
 		l.cancel()
 		l.sigMu.Lock()
-		if l.sig != nil {
-			l.sig.Close()
-			l.sig = nil
-		}
 		if l.retry != nil {
 			l.retry.Stop()
 		}
 		l.sigMu.Unlock()
+		// The signal goes first: a dialer that still saw it up connects to us, and that
+		// connection is refused or closed undelivered below, never taken by another
+		// listener on this port (docs/CAPABILITY.md).
+		l.adv.Close()
 		err = l.tcp.Close()
 		if errors.Is(err, net.ErrClosed) {
 			err = nil
@@ -435,9 +430,14 @@ func (l *Listener) shutdown() (err error) {
 }
 
 func (l *Listener) advertising() bool {
+	select {
+	case <-l.closed:
+		return false
+	default:
+	}
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
-	return l.sig != nil
+	return !l.withdrawn
 }
 
 // Addr returns the listener's network address.

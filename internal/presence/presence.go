@@ -1,27 +1,22 @@
 // Package presence is smcloop's host-local SMC capability signal, the user-space stand-in
 // for the kernel's TCP option (kind 254, magic E2D4C3D9) that userspace cannot put in a SYN.
 //
-// A name in the abstract unix socket namespace is present while some process holds a
-// datagram socket bound to it. Abstract names live in the network namespace, which is the
-// scope of ISM reachability, and vanish with their socket, so a dead process leaves
-// nothing behind. Two kinds of names are used:
+// An smcloop listener advertises itself under a listener name in the abstract unix socket
+// namespace, "@smcloop-l/<ip>/<port>" (the wildcard address for a wildcard listener): a
+// SOCK_SEQPACKET socket that exists while the listener does. Abstract names live in the
+// network namespace, the scope of ISM reachability, and vanish with their socket, so a dead
+// process leaves nothing behind. Behind the name the listener keeps a registration table in
+// shared memory, one slot per client port (registry.go): a dialer links to the listener
+// once per process, and for each connection announces its bound local port in the table
+// before the SYN; the listener takes the announcement when it accepts the connection.
 //
-//   - a Listener name per smcloop listening address, "@smcloop-l/<ip>/<port>" (the
-//     wildcard address for a wildcard listener): "an SMC-capable listener is here";
-//   - a Dialer name per smcloop dialing socket, "@smcloop-d/<local port>/<dst ip>/<dst
-//     port>", bound BEFORE the SYN is sent: "this client connection will speak CLC".
-//
-// A dialer speaks CLC only if it found the listener's name and bound its own; a listener
-// expects CLC on an accepted connection only if the dialer's name for that exact
-// connection is present. Each side decides before the first byte, from state the other
-// side set up before the connection existed, so neither ever waits for a plain peer.
-//
-// Probe costs one non-blocking sendto of an empty datagram on a process-wide socket:
-// ECONNREFUSED means absent, success or EAGAIN (the owner never reads) means present.
+// A dialer speaks CLC only if it found the listener and announced its connection; a
+// listener expects CLC on an accepted connection only if it finds that announcement. Each
+// side decides before the first byte, from state the other side set up before the
+// connection existed, so neither ever waits for a plain peer. See docs/CAPABILITY.md.
 package presence
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -33,79 +28,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Entry is a held name.
-type Entry struct {
-	mu   sync.Mutex
-	fd   int
-	name string
-}
-
-// Register binds name (without the leading '@') for as long as the entry lives; a
-// long-lived name should set smallQueue, so that the probe datagrams it never reads
-// cannot pile up (a dialer name is probed once). It fails with EADDRINUSE if another
-// socket holds the name.
-func Register(name string, smallQueue bool) (*Entry, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("presence: socket: %w", err)
-	}
-	if smallQueue {
-		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: "@" + name}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("presence: bind %q: %w", name, err)
-	}
-	return &Entry{fd: fd, name: name}, nil
-}
-
-// Name is the registered name.
-func (e *Entry) Name() string { return e.name }
-
-// Close releases the name. Idempotent.
-func (e *Entry) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.fd < 0 {
-		return nil
-	}
-	err := unix.Close(e.fd)
-	e.fd = -1
-	return err
-}
-
-var (
-	probeOnce sync.Once
-	probeFd   int
-	probeErr  error
-)
-
-// Probe reports whether name is present.
-func Probe(name string) (bool, error) {
-	probeOnce.Do(func() {
-		probeFd, probeErr = unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-	})
-	if probeErr != nil {
-		return false, fmt.Errorf("presence: probe socket: %w", probeErr)
-	}
-	err := unix.Sendto(probeFd, nil, unix.MSG_DONTWAIT, &unix.SockaddrUnix{Name: "@" + name})
-	switch {
-	case err == nil, errors.Is(err, syscall.EAGAIN):
-		return true, nil
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT):
-		return false, nil
-	}
-	return false, fmt.Errorf("presence: probe %q: %w", name, err)
-}
-
 // ListenerName names an smcloop listener bound to addr (its IP may be a wildcard).
 func ListenerName(addr netip.AddrPort) string {
 	return fmt.Sprintf("smcloop-l/%s/%d", addr.Addr().Unmap(), addr.Port())
-}
-
-// DialerName names an smcloop dialing socket with local port lport connecting to dst.
-func DialerName(lport uint16, dst netip.AddrPort) string {
-	return fmt.Sprintf("smcloop-d/%d/%s/%d", lport, dst.Addr().Unmap(), dst.Port())
 }
 
 // ListenerNames are the names under which a listener serving dst could be registered:
@@ -119,42 +44,9 @@ func ListenerNames(dst netip.AddrPort) []string {
 	}
 }
 
-// ListenerPresent reports whether an smcloop listener is registered for dst.
-//
-// An absent answer is remembered for absentTTL, so dialing a plain server (or a listener
-// that withdrew its signal under handshake limitation) costs no probes per connection.
-// Only absence is cached: a listener that appears is seen at most absentTTL late, which
-// merely means plain TCP meanwhile; a cached presence could send CLC to a plain server
-// that took over the port.
-func ListenerPresent(dst netip.AddrPort) bool {
-	now := time.Now()
-	absent.mu.Lock()
-	until, ok := absent.m[dst]
-	absent.mu.Unlock()
-	if ok && now.Before(until) {
-		return false
-	}
-	for _, n := range ListenerNames(dst) {
-		if ok, _ := Probe(n); ok {
-			return true
-		}
-	}
-	absent.mu.Lock()
-	if absent.m == nil || len(absent.m) > 4096 {
-		absent.m = make(map[netip.AddrPort]time.Time)
-	}
-	absent.m[dst] = now.Add(absentTTL)
-	absent.mu.Unlock()
-	return false
-}
-
-// absentTTL is how long ListenerPresent trusts an absent answer.
+// absentTTL is how long Lookup trusts an absent answer: a listener that appears is seen
+// at most this late, which merely means plain TCP meanwhile.
 const absentTTL = 50 * time.Millisecond
-
-var absent struct {
-	mu sync.Mutex
-	m  map[netip.AddrPort]time.Time
-}
 
 var local struct {
 	mu      sync.Mutex
