@@ -46,19 +46,34 @@ const (
 	breakerHalfOpen                     // one probe may pass
 )
 
-// advertise reports whether the listener should advertise SMC now.
-func (h *hsLimiter) advertise() bool {
+// signal is what the listener should advertise.
+type signal uint8
+
+const (
+	signalDown  signal = iota // withdrawn: new clients connect as TCP
+	signalUp                  // advertised
+	signalProbe               // withdrawn, but one client may still announce (the probe)
+)
+
+// signal reports what the listener should advertise now.
+func (h *hsLimiter) signal() signal {
 	if h.handshaking > h.workers {
-		return false
+		return signalDown
 	}
 	switch h.state {
 	case breakerOpen:
-		return false
+		return signalDown
 	case breakerHalfOpen:
-		return h.probeStart.IsZero()
+		if h.probeStart.IsZero() {
+			return signalProbe
+		}
+		return signalDown
 	}
-	return true
+	return signalUp
 }
+
+// advertise reports whether a client arriving now may speak SMC.
+func (h *hsLimiter) advertise() bool { return h.signal() != signalDown }
 
 // countCongested reports the kernel's congestion test alone (for the counters).
 func (h *hsLimiter) countCongested() bool { return h.handshaking > h.workers }

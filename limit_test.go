@@ -47,12 +47,12 @@ func TestHSLimiterBreaker(t *testing.T) {
 	if next := h.tick(ms(40)); !next.Equal(ms(70)) || h.advertise() {
 		t.Fatalf("tick before the back-off: next %v advertise %v", next, h.advertise())
 	}
-	if next := h.tick(ms(70)); !next.IsZero() || h.state != breakerHalfOpen || !h.advertise() {
-		t.Fatalf("tick after the back-off: next %v state %d advertise %v", next, h.state, h.advertise())
+	if next := h.tick(ms(70)); !next.IsZero() || h.state != breakerHalfOpen || h.signal() != signalProbe {
+		t.Fatalf("tick after the back-off: next %v state %d signal %d", next, h.state, h.signal())
 	}
 	// One probe passes, then the signal is down until it is timed.
 	h.started(ms(71))
-	if h.advertise() {
+	if h.signal() != signalDown {
 		t.Fatal("half-open breaker advertises after admitting its probe")
 	}
 	h.finished(ms(1), ms(72), true) // the old handshake says nothing about now
@@ -112,14 +112,14 @@ func TestLimitHandshakeSlow(t *testing.T) {
 
 	// After the back-off the breaker lets one probe through; it is slow too, so the
 	// signal goes down again.
-	waitFor(t, func() bool { return ln.Stats().Advertising })
+	waitFor(t, func() bool { return ln.Stats().Probing })
 	c3, s3 := dialAccept(t, ln, Config{})
 	if !c3.UsingSMC() || !s3.UsingSMC() {
 		t.Fatalf("probe connection: %s / %s", c3.Mode(), s3.Mode())
 	}
 	exchange(t, c3, s3)
-	waitFor(t, func() bool { st := ln.Stats(); return st.Withdrawn == 2 && !st.Advertising })
-	if st := ln.Stats(); st.SMC != 2 || st.Fallback != 1 || st.HandshakeErrs != 0 {
+	waitFor(t, func() bool { st := ln.Stats(); return !st.Probing && !st.Advertising })
+	if st := ln.Stats(); st.SMC != 2 || st.Fallback != 1 || st.HandshakeErrs != 0 || st.Withdrawn != 1 {
 		t.Fatalf("listener counters: %+v", st)
 	}
 }

@@ -70,6 +70,7 @@ type ListenerStats struct {
 	PendingNow     int    // connections in the backlog now
 	HandshakingNow int    // handshakes queued or running now
 	Advertising    bool   // the SMC capability signal is up now (false while withdrawn)
+	Probing        bool   // withdrawn, but one more client may announce (LimitHandshake's probe)
 }
 
 // Listener accepts SMC connections. Its accept loop never waits on a handshake: it
@@ -90,7 +91,7 @@ type Listener struct {
 	jobs  chan hsJob    // accepted connections waiting for a handshake worker
 
 	sigMu     sync.Mutex
-	withdrawn bool        // LimitHandshake withdrew the signal; sigMu
+	signal    signal      // what the table advertises (LimitHandshake); sigMu
 	congested bool        // handshakes exceed workers; sigMu
 	lim       hsLimiter   // sigMu
 	retry     *time.Timer // wakes an open breaker; sigMu
@@ -169,6 +170,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		slots:  make(chan struct{}, backlog),
 		jobs:   make(chan hsJob, backlog),
 		lim:    hsLimiter{workers: workers, slow: slow},
+		signal: signalUp,
 		closed: make(chan struct{}),
 	}
 	if l.adv, err = presence.Advertise(ta.AddrPort()); err != nil {
@@ -282,14 +284,24 @@ func (l *Listener) applySignalLocked(now time.Time) {
 			l.retry.Reset(next.Sub(now))
 		}
 	}
-	switch want := l.lim.advertise(); {
-	case !want && !l.withdrawn:
-		l.adv.Withdraw()
-		l.withdrawn = true
+	want := l.lim.signal()
+	if want == l.signal {
+		return
+	}
+	if l.signal == signalUp {
 		l.withdrawals.Add(1)
-	case want && l.withdrawn:
+	}
+	l.signal = want
+	switch want {
+	case signalUp:
 		l.adv.Restore()
-		l.withdrawn = false
+	case signalDown:
+		l.adv.Withdraw()
+	case signalProbe:
+		// Withdrawn, but the next client may announce: one handshake shows whether
+		// handshakes are fast again. (Restoring the signal instead would admit every
+		// client that looks before the first of them is accepted.)
+		l.adv.Probe(1)
 	}
 }
 
@@ -384,7 +396,7 @@ func (l *Listener) Stats() ListenerStats {
 		Accepted: l.accepted.Load(), SMC: l.smc.Load(), Fallback: l.fallback.Load(),
 		HandshakeErrs: l.hsErrs.Load(), Congested: l.congestions.Load(), Withdrawn: l.withdrawals.Load(),
 		BacklogFull: l.backlogFull.Load(), PendingNow: len(l.slots), HandshakingNow: int(l.handshaking.Load()),
-		Advertising: l.advertising(),
+		Advertising: l.advertising(), Probing: l.probing(),
 	}
 }
 
@@ -437,7 +449,13 @@ func (l *Listener) advertising() bool {
 	}
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
-	return !l.withdrawn
+	return l.signal == signalUp
+}
+
+func (l *Listener) probing() bool {
+	l.sigMu.Lock()
+	defer l.sigMu.Unlock()
+	return l.signal == signalProbe
 }
 
 // Addr returns the listener's network address.

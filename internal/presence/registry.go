@@ -1,19 +1,20 @@
-// Registration tables: the shared-memory replacement for dialer names.
+// Registration tables: the per-connection half of the capability signal.
 //
-// A dialer name costs a unix socket per connection (socket, bind, close, plus a sendto
-// probe on each side). A registration table moves that per-connection state into shared
-// memory, so announcing and taking a connection are one compare-and-swap each, and the only
-// per-connection syscall left is the dialer's liveness check after connect.
+// Announcing a connection used to take a unix socket of its own (socket, bind, close,
+// plus a sendto probe on each side). A registration table moves that per-connection
+// state into shared memory: announcing and taking a connection are one compare-and-swap
+// each, and the only per-connection syscall left is the dialer's liveness check after
+// connect.
 //
 // Listener side. Advertise listens on the abstract unix SOCK_SEQPACKET name
-// "@"+ListenerName(addr) (the listener name; it vanishes with the process, so squatting and
-// crash behaviour are those of the datagram names) and creates a table: a memfd of
-// tableSize bytes, sealed against shrinking and growing, holding a 64-byte header (magic,
-// version, slot count, withdrawn and closed flags) and 65536 uint64 slots indexed by the
-// client's local TCP port. Every dialer process that connects to the name gets a link: the
-// first (and only) message on it carries the memfd (SCM_RIGHTS) and an owner id, 1..65535,
-// unique among the listener's live links. When the link reaches EOF (the dialer process
-// closed it or died) the listener sweeps that owner's slots and frees the id.
+// "@"+ListenerName(addr) (the listener name; it vanishes with the process) and creates a
+// table: a memfd of tableSize bytes, sealed against shrinking and growing, holding a
+// 64-byte header (magic, version, slot count, withdrawn and closed flags, a probe count)
+// and 65536 uint64 slots indexed by the client's local TCP port. Every dialer process
+// that connects to the name gets a link: the first (and only) message on it carries the
+// memfd (SCM_RIGHTS) and an owner id, 1..65535, unique among the listener's live links.
+// When the link reaches EOF (the dialer process closed it or died) the listener sweeps
+// that owner's slots and frees the id.
 //
 // Dialer side. Lookup links to the listener serving a destination once per process and
 // maps its table. Before connect, Announce stores in slot[local port] a nonzero value made
@@ -74,6 +75,7 @@ const (
 	offSlots     = 12 // uint32
 	offWithdrawn = 16 // uint32, atomic: nonzero while the listener withdraws its signal
 	offClosed    = 20 // uint32, atomic: nonzero once the listener closed
+	offProbes    = 24 // uint32, atomic: announcements still allowed while withdrawn
 )
 
 // Slot values: marker bit | 15-bit generation | 16-bit owner id | 32-bit destination hash.
@@ -188,6 +190,7 @@ type table struct {
 	mem       []byte
 	withdrawn *uint32
 	closed    *uint32
+	probes    *uint32
 	slots     *[numSlots]uint64
 }
 
@@ -198,6 +201,7 @@ func newTable(mem []byte) *table {
 		mem:       mem,
 		withdrawn: (*uint32)(unsafe.Pointer(&mem[offWithdrawn])),
 		closed:    (*uint32)(unsafe.Pointer(&mem[offClosed])),
+		probes:    (*uint32)(unsafe.Pointer(&mem[offProbes])),
 		slots:     (*[numSlots]uint64)(unsafe.Pointer(&mem[headerSize])),
 	}
 }
@@ -205,8 +209,29 @@ func newTable(mem []byte) *table {
 func (t *table) isClosed() bool    { return atomic.LoadUint32(t.closed) != 0 }
 func (t *table) isWithdrawn() bool { return atomic.LoadUint32(t.withdrawn) != 0 }
 
-// accepting reports whether new announcements may be made.
-func (t *table) accepting() bool { return !t.isClosed() && !t.isWithdrawn() }
+// accepting reports whether new announcements may be made: the table is open, and not
+// withdrawn or withdrawn with probes left.
+func (t *table) accepting() bool {
+	return !t.isClosed() && (!t.isWithdrawn() || atomic.LoadUint32(t.probes) != 0)
+}
+
+// admit decides one announcement: always while the signal is up; while it is withdrawn,
+// only by taking one of the probes the listener allows.
+func (t *table) admit() bool {
+	if t.isClosed() {
+		return false
+	}
+	for t.isWithdrawn() {
+		p := atomic.LoadUint32(t.probes)
+		if p == 0 {
+			return false
+		}
+		if atomic.CompareAndSwapUint32(t.probes, p, p-1) {
+			return true
+		}
+	}
+	return true
+}
 
 func (t *table) setFlag(p *uint32, on bool) {
 	var v uint32
@@ -403,11 +428,29 @@ func (a *Advert) Withdraw() { a.setWithdrawn(true) }
 // Restore undoes Withdraw.
 func (a *Advert) Restore() { a.setWithdrawn(false) }
 
+// Probe keeps the signal withdrawn but lets n more dialers announce: the first n to
+// look get the listener (LimitHandshake's half-open circuit breaker lets one probe
+// handshake through this way). Withdraw and Restore take the remaining probes back.
+func (a *Advert) Probe(n uint32) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.tab != nil {
+		atomic.StoreUint32(a.tab.probes, n)
+		a.tab.setFlag(a.tab.withdrawn, true)
+	}
+}
+
 func (a *Advert) setWithdrawn(on bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if a.tab != nil {
-		a.tab.setFlag(a.tab.withdrawn, on)
+		if on {
+			a.tab.setFlag(a.tab.withdrawn, true)
+			atomic.StoreUint32(a.tab.probes, 0)
+		} else {
+			atomic.StoreUint32(a.tab.probes, 0)
+			a.tab.setFlag(a.tab.withdrawn, false)
+		}
 	}
 }
 
@@ -641,7 +684,7 @@ func (l *Link) Announce(lport uint16, dst netip.AddrPort) (*Ticket, bool) {
 	v := slotValue(uint16(l.gen.Add(1)), l.owner, addrHash(dst.Addr()))
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if l.tab == nil || !l.tab.accepting() || !l.tab.announce(lport, v) {
+	if l.tab == nil || !l.tab.admit() || !l.tab.announce(lport, v) {
 		return nil, false
 	}
 	return &Ticket{link: l, port: lport, dst: dst, val: v}, true
@@ -705,7 +748,7 @@ func (l *Link) state() linkState {
 	switch {
 	case l.tab == nil || l.tab.isClosed():
 		return linkGone
-	case l.tab.isWithdrawn():
+	case !l.tab.accepting():
 		return linkWithdrawn
 	}
 	return linkLive

@@ -199,6 +199,43 @@ func TestWithdrawRestore(t *testing.T) {
 	}
 }
 
+// TestProbe: a withdrawn table with n probes admits exactly n announcements, then none;
+// Withdraw and Restore take unused probes back.
+func TestProbe(t *testing.T) {
+	dst := reservePort(t)
+	a := advertise(t, dst)
+	l := lookup(t, dst)
+	a.Withdraw()
+	a.Probe(1)
+	if got := Lookup(dst); got != l {
+		t.Fatal("Lookup did not find a withdrawn listener with a probe left")
+	}
+	announce(t, l, 40012, dst)
+	if _, ok := l.Announce(40013, dst); ok {
+		t.Fatal("second announcement with one probe")
+	}
+	if got := Lookup(dst); got != nil {
+		t.Fatal("Lookup found a withdrawn listener with no probe left")
+	}
+	if !a.Take(client(dst, 40012), dst) {
+		t.Fatal("probe announcement not taken")
+	}
+	a.Probe(5)
+	a.Withdraw()
+	if _, ok := l.Announce(40014, dst); ok {
+		t.Fatal("Withdraw left probes")
+	}
+	a.Probe(5)
+	a.Restore()
+	for p := uint16(40015); p < 40025; p++ {
+		announce(t, l, p, dst) // the signal is up: no probes needed
+	}
+	a.Withdraw()
+	if _, ok := l.Announce(40030, dst); ok {
+		t.Fatal("Restore left probes")
+	}
+}
+
 func TestCancel(t *testing.T) {
 	dst := reservePort(t)
 	a := advertise(t, dst)
