@@ -115,14 +115,16 @@ func BindBeforeConnect(rc syscall.RawConn, network string, laddr netip.AddrPort,
 		if serr = unix.Bind(int(fd), sa); serr != nil {
 			return
 		}
-		var got unix.Sockaddr
-		if got, serr = unix.Getsockname(int(fd)); serr != nil {
+		// syscall's Getsockname, not x/sys/unix's: the latter asks for SO_PROTOCOL on
+		// every inet socket, a second syscall per dial.
+		var got syscall.Sockaddr
+		if got, serr = syscall.Getsockname(int(fd)); serr != nil {
 			return
 		}
 		switch a := got.(type) {
-		case *unix.SockaddrInet4:
+		case *syscall.SockaddrInet4:
 			port = uint16(a.Port)
-		case *unix.SockaddrInet6:
+		case *syscall.SockaddrInet6:
 			port = uint16(a.Port)
 		}
 	})
