@@ -81,7 +81,7 @@ type Config struct {
 	// UEID is the user-defined EID offered and accepted in SMC-Dv2 (the kernel requires
 	// a common UEID or SEID). Default SMCLOOP_UEID, else "SMCLOOP".
 	UEID string
-	// HandshakeTimeout bounds each CLC wait (the kernel's CLC_WAIT_TIME, 6 s). A timeout
+	// HandshakeTimeout bounds one side's CLC exchange (the kernel's CLC_WAIT_TIME, 6 s). A timeout
 	// is an error, not a fallback. Default SMCLOOP_CLC_TIMEOUT, else 6 s.
 	HandshakeTimeout time.Duration
 	// Device is the emulated ISM device to use; nil means the process's default device,

@@ -116,8 +116,11 @@ func (h *handshake) release() {
 }
 
 // newHandshake starts one side's handshake on tcp and sets the deadline that bounds it:
-// the CLC timeout (the kernel's wait for each message; one handshake of smcloop's is a
-// single wait on each side plus local work), or the context's deadline if sooner.
+// the CLC timeout, or the context's deadline if sooner. The kernel applies the CLC
+// timeout to each wait for a message; one deadline for the whole exchange (one wait on
+// the client, two on the server, each normally well under a millisecond) differs only
+// for a stalled peer, which it gives up on no later, and costs no timer update per
+// message.
 func newHandshake(ctx context.Context, tcp net.Conn, cfg *settings, side string) *handshake {
 	h := handshakePool.Get().(*handshake)
 	// Field by field: the message buffers need no clearing.
