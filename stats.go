@@ -1,8 +1,8 @@
 package smcloop
 
 import (
-	"maps"
 	"sync"
+	"sync/atomic"
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/smcd"
@@ -78,10 +78,11 @@ type Statistics struct {
 
 const maxFallbackReasons = 30 // SMC_MAX_FBACK_RSN_CNT
 
+// procStats are the process-wide counters. Every connection updates them, from every
+// CPU, so they are lock-free: a mutex here showed up in short-lived connection rates.
 var procStats struct {
-	mu                   sync.Mutex
-	smc, fallback, hsErr [2]uint64
-	reasons              [2]map[uint32]uint64
+	smc, fallback, hsErr [2]atomic.Uint64
+	reasons              [2]reasonCounts
 }
 
 const (
@@ -90,36 +91,64 @@ const (
 )
 
 func countHandshake(side int, c *Conn, err error) {
-	procStats.mu.Lock()
-	defer procStats.mu.Unlock()
 	switch {
 	case err != nil:
-		procStats.hsErr[side]++
+		procStats.hsErr[side].Add(1)
 	case c.smc:
-		procStats.smc[side]++
+		procStats.smc[side].Add(1)
 	default:
-		procStats.fallback[side]++
-		m := procStats.reasons[side]
-		if m == nil {
-			m = map[uint32]uint64{}
-			procStats.reasons[side] = m
-		}
-		if _, ok := m[c.localReason]; ok || len(m) < maxFallbackReasons {
-			m[c.localReason]++
+		procStats.fallback[side].Add(1)
+		if n := procStats.reasons[side].counter(c.localReason); n != nil {
+			n.Add(1)
 		}
 	}
 }
 
+// reasonCounts counts fallbacks by reason code. Counting a known code is lock-free; a
+// new code takes the mutex (at most maxFallbackReasons times).
+type reasonCounts struct {
+	m  sync.Map // uint32 → *atomic.Uint64
+	mu sync.Mutex
+	n  int // codes in m; mu
+}
+
+// counter returns the counter of a fallback reason, creating it while fewer than
+// maxFallbackReasons exist (nil after that, as the kernel drops further codes).
+func (r *reasonCounts) counter(code uint32) *atomic.Uint64 {
+	if v, ok := r.m.Load(code); ok {
+		return v.(*atomic.Uint64)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v, ok := r.m.Load(code); ok {
+		return v.(*atomic.Uint64)
+	}
+	if r.n >= maxFallbackReasons {
+		return nil
+	}
+	c := new(atomic.Uint64)
+	r.m.Store(code, c)
+	r.n++
+	return c
+}
+
+// snapshot returns the counts.
+func (r *reasonCounts) snapshot() map[uint32]uint64 {
+	out := map[uint32]uint64{}
+	r.m.Range(func(k, v any) bool {
+		out[k.(uint32)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	return out
+}
+
 // ProcessStatistics returns a snapshot of the process-wide counters.
 func ProcessStatistics() Statistics {
-	procStats.mu.Lock()
-	defer procStats.mu.Unlock()
-	s := Statistics{
-		ClientSMC: procStats.smc[sideClient], ServerSMC: procStats.smc[sideServer],
-		ClientFallback: procStats.fallback[sideClient], ServerFallback: procStats.fallback[sideServer],
-		ClientHandshakeErr: procStats.hsErr[sideClient], ServerHandshakeErr: procStats.hsErr[sideServer],
-		ClientReasons: maps.Clone(procStats.reasons[sideClient]), ServerReasons: maps.Clone(procStats.reasons[sideServer]),
+	return Statistics{
+		ClientSMC: procStats.smc[sideClient].Load(), ServerSMC: procStats.smc[sideServer].Load(),
+		ClientFallback: procStats.fallback[sideClient].Load(), ServerFallback: procStats.fallback[sideServer].Load(),
+		ClientHandshakeErr: procStats.hsErr[sideClient].Load(), ServerHandshakeErr: procStats.hsErr[sideServer].Load(),
+		ClientReasons: procStats.reasons[sideClient].snapshot(), ServerReasons: procStats.reasons[sideServer].snapshot(),
 		Buffers: smcd.Stats(),
 	}
-	return s
 }

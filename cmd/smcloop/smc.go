@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/internal/bench"
 )
 
-func init() { transportRegistrars = append(transportRegistrars, registerSMC) }
+func init() { transportRegistrars = append(transportRegistrars, registerSMC, registerMixed) }
 
 // slowHandshake is the server handshake delay of the -slowhs transports (fault
 // injection, as on a loaded host). With the default 64 handshake workers it caps
@@ -82,6 +83,39 @@ func registerSMC() {
 	}
 }
 
+// registerMixed adds the plain-peer transports: a plain Go TCP client of an smcloop
+// listener, and an smcloop dialer of a plain Go TCP listener. Every connection is TCP;
+// against tcp they show what smcloop costs a plain peer (the capability signal, the
+// listener's accept loop, the dialer's lookup).
+func registerMixed() {
+	bench.Register(bench.Transport{
+		Name: "tcp-to-smcd",
+		Desc: "plain Go TCP client, smcloop listener (connections are TCP: the listener's cost for plain clients)",
+		Listen: func(ctx context.Context) (net.Listener, error) {
+			var lc smcloop.ListenConfig
+			return lc.Listen(ctx, "tcp", "127.0.0.1:0")
+		},
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		},
+		ListenerStats: smcListenerStats,
+	})
+	bench.Register(bench.Transport{
+		Name: "smcd-to-tcp",
+		Desc: "smcloop dialer, plain Go TCP listener (connections are TCP: the dialer's cost against plain servers)",
+		Listen: func(ctx context.Context) (net.Listener, error) {
+			var lc net.ListenConfig
+			return lc.Listen(ctx, "tcp", "127.0.0.1:0")
+		},
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			var d smcloop.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		},
+		Mode: smcMode,
+	})
+}
+
 // smcCork sets or clears corking on an smcloop connection (TCP_CORK on a fallback).
 func smcCork(c net.Conn, on bool) error {
 	sc, ok := c.(*smcloop.Conn)
@@ -107,13 +141,27 @@ func smcSendStats(c net.Conn) (bench.SendStats, bool) {
 }
 
 // smcMode tells whether an smcloop connection uses SMC-D, and its mode as smcss shows it.
+// The text of a fallback depends only on its two reason codes and is built once per pair
+// (the short-lived connection mode asks for every connection).
 func smcMode(c net.Conn) (bool, string) {
 	sc, ok := c.(*smcloop.Conn)
 	if !ok {
 		return false, fmt.Sprintf("not an smcloop connection (%T)", c)
 	}
-	return sc.UsingSMC(), sc.Mode()
+	if sc.UsingSMC() {
+		return true, "SMCD"
+	}
+	local, peer := sc.FallbackReason()
+	key := uint64(local)<<32 | uint64(peer)
+	if m, ok := fallbackModes.Load(key); ok {
+		return false, m.(string)
+	}
+	m, _ := fallbackModes.LoadOrStore(key, sc.Mode())
+	return false, m.(string)
 }
+
+// fallbackModes caches fallback mode texts by reason codes (local<<32 | peer).
+var fallbackModes sync.Map
 
 // smcListenerStats reads an smcloop listener's counters.
 func smcListenerStats(ln net.Listener) bench.ListenerStats {
