@@ -34,6 +34,8 @@ Close'). It reports connections/s, failed connections (a healthy run has none; t
 command then exits with status 1), connection times and, for smcloop, how many used SMC
 and how many fell back to TCP. The -slowhs transports delay every server handshake by
 ` + slowHandshake.String() + ` so that handshakes congest, without and with handshake limitation.
+tcp-to-smcd (a plain TCP client of an smcloop listener) and smcd-to-tcp (an smcloop dialer
+of a plain TCP server) show what smcloop costs a plain peer.
 Default transports: ` + strings.Join(bench.DefaultConnTransports, ",") + `.
 
 --mode overload holds --stalls handshakes open at the server (clients that connect and
