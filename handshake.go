@@ -89,7 +89,8 @@ type handshake struct {
 	side     string
 	ctx      context.Context
 	rd       clcReader
-	buf      [clc.MaxProposalLen]byte
+	buf      [clc.MaxProposalLen]byte // the message being read
+	wbuf     [clc.MaxProposalLen]byte // the message being written
 	version  uint8
 	group    *smcd.LinkGroup
 	dmb      *ism.DMB
@@ -135,7 +136,7 @@ func newHandshake(ctx context.Context, tcp net.Conn, cfg *settings, side string)
 	return h
 }
 
-// handshakePool recycles handshake state (two message buffers) across connections.
+// handshakePool recycles handshake state (the message buffers) across connections.
 var handshakePool = sync.Pool{New: func() any { return new(handshake) }}
 
 // done returns h to the pool; the connection it built keeps nothing of it.
@@ -160,7 +161,7 @@ func (h *handshake) read(expect clc.MsgType) (clc.Message, error) {
 // decline sends a Decline with code and turns the connection into a TCP fallback.
 func (h *handshake) decline(code uint32) (*Conn, error) {
 	h.release()
-	if err := h.send(clc.NewDecline(code, h.version).Append(nil)); err != nil {
+	if err := h.send(clc.NewDecline(code, h.version).Append(h.wbuf[:0])); err != nil {
 		return nil, &HandshakeError{Side: h.side, Step: "sending decline", Err: err}
 	}
 	return h.fallback(code, 0), nil
@@ -260,7 +261,7 @@ func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 		Release: clc.Release1, UEIDs: [][clc.EIDLen]byte{cfg.ueid}, FeatureMask: clc.FeatureEmulatedISM,
 	}
 	prop.AddISMDevice(dev.GID().Hi, dev.GID().Ext, dev.CHID())
-	msg, err := prop.Append(nil)
+	msg, err := prop.Append(h.wbuf[:0])
 	if err != nil {
 		return nil, h.fail("encoding the proposal", err)
 	}
@@ -308,7 +309,7 @@ func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	if conf.FirstContact {
 		conf.FCE = h.hostnameFCE()
 	}
-	if msg, err = conf.Append(nil); err != nil {
+	if msg, err = conf.Append(h.wbuf[:0]); err != nil {
 		return nil, h.fail("encoding the confirm", err)
 	}
 	if err := h.send(msg); err != nil {
@@ -366,7 +367,7 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	if first {
 		acc.FCE = h.hostnameFCE()
 	}
-	msg, err := acc.Append(nil)
+	msg, err := acc.Append(h.wbuf[:0])
 	if err != nil {
 		return nil, h.fail("encoding the accept", err)
 	}

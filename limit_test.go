@@ -1,6 +1,9 @@
 package smcloop
 
 import (
+	"errors"
+	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -121,5 +124,34 @@ func TestLimitHandshakeSlow(t *testing.T) {
 	waitFor(t, func() bool { st := ln.Stats(); return !st.Probing && !st.Advertising })
 	if st := ln.Stats(); st.SMC != 2 || st.Fallback != 1 || st.HandshakeErrs != 0 || st.Withdrawn != 1 {
 		t.Fatalf("listener counters: %+v", st)
+	}
+}
+
+// TestListenerCloseAbortsHandshakes: Close ends handshakes in progress at once (the
+// stalled clients see their connection closed), not after the CLC timeout, and returns.
+func TestListenerCloseAbortsHandshakes(t *testing.T) {
+	lc := ListenConfig{Config: Config{HandshakeTimeout: time.Hour}, HandshakeWorkers: 2}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	stalled := []net.Conn{registeredClient(t, addr), registeredClient(t, addr), registeredClient(t, addr)}
+	waitFor(t, func() bool { return ln.Stats().HandshakingNow == 3 }) // two running, one queued
+	done := make(chan error, 1)
+	go func() { done <- ln.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while handshakes were stalled")
+	}
+	for i, c := range stalled {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("stalled client %d after Close: read %d, %v; want the connection closed", i, n, err)
+		}
 	}
 }

@@ -98,6 +98,9 @@ type Listener struct {
 
 	handshaking atomic.Int64 // queued + running handshakes (for Stats)
 
+	inflight []atomic.Pointer[net.Conn] // per worker: the connection in its handshake
+	shut     atomic.Bool                // set by shutdown before it aborts handshakes
+
 	accepted, smc, fallback, hsErrs, congestions, withdrawals, backlogFull atomic.Uint64
 
 	ctx    context.Context
@@ -180,8 +183,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1 + workers)
 	go l.acceptLoop()
-	for range workers {
-		go l.worker()
+	l.inflight = make([]atomic.Pointer[net.Conn], workers)
+	for i := range workers {
+		go l.worker(i)
 	}
 	return l, nil
 }
@@ -248,9 +252,17 @@ func (l *Listener) clientAnnounced(tcp net.Conn) bool {
 }
 
 // hsStarted and hsFinished count handshakes for the congestion tests and, with
-// LimitHandshake, withdraw or restore the capability signal.
+// LimitHandshake, withdraw or restore the capability signal. Without LimitHandshake only
+// the congestion episodes are counted, lock-free: an episode begins each time the count
+// goes above the workers.
 func (l *Listener) hsStarted(now time.Time) {
-	l.handshaking.Add(1)
+	n := l.handshaking.Add(1)
+	if !l.limitHS {
+		if n == int64(l.workers)+1 {
+			l.congestions.Add(1)
+		}
+		return
+	}
 	l.sigMu.Lock()
 	l.lim.started(now)
 	l.applySignalLocked(now)
@@ -258,8 +270,11 @@ func (l *Listener) hsStarted(now time.Time) {
 }
 
 func (l *Listener) hsFinished(start time.Time, completed bool) {
-	now := time.Now()
 	l.handshaking.Add(-1)
+	if !l.limitHS {
+		return
+	}
+	now := time.Now()
 	l.sigMu.Lock()
 	l.lim.finished(start, now, completed)
 	l.applySignalLocked(now)
@@ -312,12 +327,14 @@ func (l *Listener) retryLimit() {
 	l.sigMu.Unlock()
 }
 
-func (l *Listener) worker() {
+// worker runs handshakes. While one runs, its TCP connection is in the worker's
+// inflight slot, where Close finds it to abort the handshake.
+func (l *Listener) worker(i int) {
 	defer l.wg.Done()
 	for {
 		select {
 		case j := <-l.jobs:
-			l.hsFinished(j.start, l.handshake(j.tcp))
+			l.hsFinished(j.start, l.handshake(j.tcp, &l.inflight[i]))
 		case <-l.closed:
 			return
 		}
@@ -325,9 +342,12 @@ func (l *Listener) worker() {
 }
 
 // handshake runs one server handshake and reports whether it completed (SMC or a
-// decline); a failed one is dropped.
-func (l *Listener) handshake(tcp net.Conn) bool {
-	stop := context.AfterFunc(l.ctx, func() { tcp.Close() })
+// decline); a failed one is dropped. While it runs, tcp is in the worker's inflight slot.
+func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool {
+	slot.Store(&tcp)
+	if l.shut.Load() {
+		tcp.Close() // Close may have looked at the slot before we filled it
+	}
 	if l.delay > 0 {
 		select {
 		case <-time.After(l.delay):
@@ -335,7 +355,7 @@ func (l *Listener) handshake(tcp net.Conn) bool {
 		}
 	}
 	c, err := serverHandshake(l.ctx, tcp, l.cfg)
-	stop()
+	slot.Store(nil) // from here on the connection is ours to deliver or drop
 	countHandshake(sideServer, c, err)
 	if err != nil {
 		l.hsErrs.Add(1)
@@ -424,6 +444,12 @@ func (l *Listener) shutdown() (err error) {
 	l.once.Do(func() {
 		close(l.closed)
 		l.cancel()
+		l.shut.Store(true)
+		for i := range l.inflight {
+			if tcp := l.inflight[i].Load(); tcp != nil {
+				(*tcp).Close() // aborts the handshake; the worker drops it
+			}
+		}
 		l.sigMu.Lock()
 		if l.retry != nil {
 			l.retry.Stop()
