@@ -49,6 +49,17 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
+	if plainDestination(address) {
+		// A literal address with no smcloop listener behind it: plain TCP, dialed as net
+		// would (its own keep-alive), without the hook that binds and announces.
+		tcp, err := d.NetDialer.DialContext(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		c := plainConn(tcp, cfg, clc.DeclPeerNoSMC)
+		countHandshake(sideClient, c, nil)
+		return c, nil
+	}
 	if d.NetDialer.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.NetDialer.Timeout)
@@ -162,6 +173,17 @@ func (s *dialSignal) take(c net.Conn) *presence.Ticket {
 		}
 	}
 	return won
+}
+
+// plainDestination reports whether address is a literal IP and port that no local
+// smcloop listener serves, so the dial is plain TCP whatever address it resolves to. Any
+// other address (a host name) goes through the dial hook, which decides per attempt.
+func plainDestination(address string) bool {
+	dst, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return false
+	}
+	return !presence.IsLocal(dst.Addr()) || presence.Lookup(dst) == nil
 }
 
 func checkNetwork(network string) error {
