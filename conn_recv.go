@@ -252,13 +252,26 @@ func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
 const yieldSpin = 30 * time.Microsecond
 
 // spinner adapts the default spin of one direction: after a spin that ended in a sleep
-// anyway, the next 1, 3 or 7 waits sleep at once. Owned by readMu or writeMu.
+// anyway, the next 1, 3 or 7 waits sleep at once. Owned by readMu or writeMu. A new
+// spinner starts from the process's recent outcome (spinHint), so that where spins keep
+// missing (a saturated host) short-lived connections do not each pay for a first spin.
 type spinner struct {
 	skip   uint32
 	misses uint32
+	seeded bool
 }
 
+// spinHint is the process's recent spin outcome: 0 when spins are caught, up to 3 when
+// they keep missing. Every spin moves it one step.
+var spinHint atomic.Uint32
+
 func (s *spinner) try() bool {
+	if !s.seeded {
+		s.seeded = true
+		if h := spinHint.Load(); h > 0 {
+			s.misses, s.skip = h, 1<<h-1
+		}
+	}
 	if s.skip > 0 {
 		s.skip--
 		return false
@@ -266,11 +279,19 @@ func (s *spinner) try() bool {
 	return true
 }
 
-func (s *spinner) hit() { s.misses = 0 }
+func (s *spinner) hit() {
+	s.misses = 0
+	if h := spinHint.Load(); h > 0 {
+		spinHint.CompareAndSwap(h, h-1)
+	}
+}
 
 func (s *spinner) missed() {
 	s.misses = min(s.misses+1, 3)
 	s.skip = 1<<s.misses - 1
+	if h := spinHint.Load(); h < 3 {
+		spinHint.CompareAndSwap(h, h+1)
+	}
 }
 
 // spinYield checks ready for up to yieldSpin, giving way in between: first to this
