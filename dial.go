@@ -49,7 +49,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	if plainDestination(address) {
+	if plainDestination(ctx, address) {
 		// A literal address with no smcloop listener behind it: plain TCP, dialed as net
 		// would (its own keep-alive), without the hook that binds and announces.
 		tcp, err := d.NetDialer.DialContext(ctx, network, address)
@@ -126,7 +126,7 @@ func (s *dialSignal) control(user net.Dialer) func(ctx context.Context, network,
 		}
 		var link *presence.Link
 		if presence.IsLocal(dst.Addr()) {
-			link = presence.Lookup(dst)
+			link = presence.LookupContext(ctx, dst)
 		}
 		var laddr netip.AddrPort
 		if a, ok := user.LocalAddr.(*net.TCPAddr); ok && a != nil {
@@ -178,12 +178,12 @@ func (s *dialSignal) take(c net.Conn) *presence.Ticket {
 // plainDestination reports whether address is a literal IP and port that no local
 // smcloop listener serves, so the dial is plain TCP whatever address it resolves to. Any
 // other address (a host name) goes through the dial hook, which decides per attempt.
-func plainDestination(address string) bool {
+func plainDestination(ctx context.Context, address string) bool {
 	dst, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return false
 	}
-	return !presence.IsLocal(dst.Addr()) || presence.Lookup(dst) == nil
+	return !presence.IsLocal(dst.Addr()) || presence.LookupContext(ctx, dst) == nil
 }
 
 func checkNetwork(network string) error {

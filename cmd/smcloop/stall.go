@@ -22,12 +22,12 @@ import (
 // connection cancels an announcement the listener has not taken.
 func stallDial(ctx context.Context, addr string) (net.Conn, error) {
 	var ticket *presence.Ticket
-	d := net.Dialer{ControlContext: func(_ context.Context, network, address string, rc syscall.RawConn) error {
+	d := net.Dialer{ControlContext: func(ctx context.Context, network, address string, rc syscall.RawConn) error {
 		dst, err := netip.ParseAddrPort(address)
 		if err != nil || !presence.IsLocal(dst.Addr()) {
 			return nil
 		}
-		link := presence.Lookup(dst)
+		link := presence.LookupContext(ctx, dst)
 		if link == nil {
 			return nil
 		}

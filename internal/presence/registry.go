@@ -44,6 +44,7 @@
 package presence
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -96,9 +97,6 @@ const (
 )
 
 const (
-	// linkTimeout bounds connecting a link and waiting for its hello, and the listener's
-	// sending of it.
-	linkTimeout = time.Second
 	// badTTL is how long a destination whose listener name answered wrongly (no hello in
 	// time, malformed hello or table) is treated as having no listener.
 	badTTL = time.Second
@@ -647,16 +645,28 @@ type Ticket struct {
 // syscall. Absence is cached for absentTTL (badTTL if a name answered wrongly). A cached
 // link whose table is closed, or whose listener end reached EOF, is dropped and dst is
 // looked up again.
-func Lookup(dst netip.AddrPort) *Link {
+func Lookup(dst netip.AddrPort) *Link { return LookupContext(context.Background(), dst) }
+
+// LookupContext is Lookup bounded by ctx as well: a dial with a short deadline does not
+// wait out a slow listener name (up to linkTimeout). The lookup itself goes on in the
+// background and its answer is cached for later dials; this caller gets nil (plain TCP)
+// once ctx is done.
+func LookupContext(ctx context.Context, dst netip.AddrPort) *Link {
 	if !dst.IsValid() {
 		return nil
 	}
 	for range 2 {
 		e, fresh := dstEntryFor(dst)
 		if fresh {
-			e.resolve(dst)
+			go e.resolve(dst)
 		}
-		e.wait()
+		if !e.done.Load() {
+			select {
+			case <-e.ready:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		if l, ok := e.answer(); ok || fresh {
 			return l
 		}
@@ -794,6 +804,10 @@ func (l *Link) kill() {
 	})
 }
 
+// linkTimeout bounds connecting a link and waiting for its hello, and the listener's
+// sending of it (a variable for tests).
+var linkTimeout = time.Second
+
 // Dialer caches: per destination (absence included) and per listener name (links).
 var (
 	dstCache  sync.Map // netip.AddrPort → *dstEntry
@@ -820,12 +834,6 @@ func dstEntryFor(dst netip.AddrPort) (*dstEntry, bool) {
 		pruneDsts()
 	}
 	return v.(*dstEntry), !loaded
-}
-
-func (e *dstEntry) wait() {
-	if !e.done.Load() {
-		<-e.ready
-	}
 }
 
 func (e *dstEntry) finish() {

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -919,5 +920,55 @@ func BenchmarkDialPath(b *testing.B) {
 		if !ok || !tk.Established() || !a.Take(c, dst) {
 			b.Fatal("dial path failed")
 		}
+	}
+}
+
+// TestLookupContextSilentListener: a listener name that never sends its hello holds a
+// lookup for up to linkTimeout (here made an hour); a dial whose context ends meanwhile
+// gets no link at once, and the lookup goes on without it.
+func TestLookupContextSilentListener(t *testing.T) {
+	old := linkTimeout
+	linkTimeout = time.Hour
+	dst := reservePort(t)
+	accepted := make(chan *net.UnixConn, 1)
+	release := make(chan struct{})
+	fakeListener(t, dst, func(c *net.UnixConn) {
+		accepted <- c
+		<-release // silent until the test ends
+	})
+	defer func() {
+		// The fake listener closes the link: the background lookup ends (no listener),
+		// and only then is linkTimeout, which it read, restored.
+		close(release)
+		Lookup(dst)
+		linkTimeout = old
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan *Link, 1)
+	go func() { got <- LookupContext(ctx, dst) }()
+	select {
+	case <-accepted: // the lookup is waiting for the hello now
+	case <-time.After(testTimeout):
+		t.Fatal("the lookup never linked to the silent listener")
+	}
+	cancel()
+	select {
+	case l := <-got:
+		if l != nil {
+			t.Fatal("LookupContext returned a link from a silent listener")
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("LookupContext did not return when its context was cancelled")
+	}
+	// A second caller with a live context also waits for the same lookup, not a new link.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if LookupContext(ctx2, dst) != nil {
+		t.Fatal("LookupContext with a cancelled context returned a link")
+	}
+	select {
+	case <-accepted:
+		t.Fatal("a second lookup linked again while the first was in progress")
+	default:
 	}
 }
