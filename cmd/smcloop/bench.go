@@ -34,8 +34,11 @@ Close'). It reports connections/s, failed connections (a healthy run has none; t
 command then exits with status 1), connection times and, for smcloop, how many used SMC
 and how many fell back to TCP. The -slowhs transports delay every server handshake by
 ` + slowHandshake.String() + ` so that handshakes congest, without and with handshake limitation.
-tcp-to-smcd (a plain TCP client of an smcloop listener) and smcd-to-tcp (an smcloop dialer
-of a plain TCP server) show what smcloop costs a plain peer.
+tcp-clc is TCP whose connections first exchange three messages of the CLC Proposal,
+Accept and Confirm's sizes: what the CLC round trips alone cost, the ceiling for any SMC
+that negotiates over the TCP connection. tcp-to-smcd (a plain TCP client of an smcloop
+listener) and smcd-to-tcp (an smcloop dialer of a plain TCP server) show what smcloop
+costs a plain peer.
 Default transports: ` + strings.Join(bench.DefaultConnTransports, ",") + `.
 
 --mode overload holds --stalls handshakes open at the server (clients that connect and

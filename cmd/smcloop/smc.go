@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -11,7 +12,9 @@ import (
 	"github.com/smcloop/smcloop/internal/bench"
 )
 
-func init() { transportRegistrars = append(transportRegistrars, registerSMC, registerMixed) }
+func init() {
+	transportRegistrars = append(transportRegistrars, registerSMC, registerMixed, registerCLCReference)
+}
 
 // slowHandshake is the server handshake delay of the -slowhs transports (fault
 // injection, as on a loaded host). With the default 64 handshake workers it caps
@@ -114,6 +117,112 @@ func registerMixed() {
 		},
 		Mode: smcMode,
 	})
+}
+
+// CLC message sizes of an smcloop connection in an existing link group (SMC-Dv2, one
+// UEID, one ISM device): what the tcp-clc transport exchanges.
+const (
+	clcProposalLen = 224
+	clcAcceptLen   = 78
+	clcConfirmLen  = 78
+)
+
+// registerCLCReference adds tcp-clc: Go TCP whose connections first exchange three
+// messages of the CLC Proposal, Accept and Confirm's sizes, then carry the data over TCP.
+// It is what the CLC round trips alone cost a connection, with no shared memory at all:
+// the ceiling for short-lived connections of any SMC that speaks CLC over the TCP
+// connection, the kernel's included.
+func registerCLCReference() {
+	bench.Register(bench.Transport{
+		Name: "tcp-clc",
+		Desc: "Go TCP plus three messages of the CLC exchange's sizes (" + fmt.Sprint(clcProposalLen, "/", clcAcceptLen, "/", clcConfirmLen) + " bytes) before the data: the CLC round trips alone",
+		Listen: func(ctx context.Context) (net.Listener, error) {
+			var lc net.ListenConfig
+			ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			return clcRefListener{ln}, nil
+		},
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			if err := clcRefClient(c); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
+		},
+	})
+}
+
+// clcRefClient is the client's part of tcp-clc's exchange: proposal out, accept in,
+// confirm out.
+func clcRefClient(c net.Conn) error {
+	var buf [clcProposalLen]byte
+	if _, err := c.Write(buf[:clcProposalLen]); err != nil {
+		return fmt.Errorf("tcp-clc: sending the proposal: %w", err)
+	}
+	if _, err := io.ReadFull(c, buf[:clcAcceptLen]); err != nil {
+		return fmt.Errorf("tcp-clc: reading the accept: %w", err)
+	}
+	if _, err := c.Write(buf[:clcConfirmLen]); err != nil {
+		return fmt.Errorf("tcp-clc: sending the confirm: %w", err)
+	}
+	return nil
+}
+
+// clcRefListener accepts tcp-clc connections; each does the server's part of the exchange
+// before its first Read or Write.
+type clcRefListener struct{ net.Listener }
+
+func (l clcRefListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &clcRefConn{Conn: c}, nil
+}
+
+type clcRefConn struct {
+	net.Conn
+	once sync.Once
+	err  error
+}
+
+// exchange reads the proposal, answers with the accept and reads the confirm.
+func (c *clcRefConn) exchange() error {
+	c.once.Do(func() {
+		var buf [clcProposalLen]byte
+		if _, c.err = io.ReadFull(c.Conn, buf[:clcProposalLen]); c.err != nil {
+			return
+		}
+		if _, c.err = c.Conn.Write(buf[:clcAcceptLen]); c.err != nil {
+			return
+		}
+		_, c.err = io.ReadFull(c.Conn, buf[:clcConfirmLen])
+	})
+	if c.err != nil {
+		return fmt.Errorf("tcp-clc: server exchange: %w", c.err)
+	}
+	return nil
+}
+
+func (c *clcRefConn) Read(b []byte) (int, error) {
+	if err := c.exchange(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *clcRefConn) Write(b []byte) (int, error) {
+	if err := c.exchange(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }
 
 // smcCork sets or clears corking on an smcloop connection (TCP_CORK on a fallback).

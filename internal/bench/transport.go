@@ -141,8 +141,9 @@ var DefaultTransports = []string{"smcd", "smcd-nospin", "smcd-1m", "smcd-busypol
 
 // DefaultConnTransports are the transports of the short-lived connection mode when none
 // are named: smcloop with its defaults, with slowed server handshakes without and with
-// handshake limitation, and the baselines.
-var DefaultConnTransports = []string{"smcd", "smcd-slowhs", "smcd-slowhs-limit", "tcp", "unix"}
+// handshake limitation, TCP with the CLC exchange's messages added (what the CLC round
+// trips alone cost), and the baselines.
+var DefaultConnTransports = []string{"smcd", "smcd-slowhs", "smcd-slowhs-limit", "tcp-clc", "tcp", "unix"}
 
 // DefaultOverloadTransports are the servers of the overload mode when none are named:
 // smcloop without and with handshake limitation, and TCP for reference. The overload
