@@ -289,8 +289,8 @@ func (l *Listener) applySignalLocked(now time.Time) {
 			l.congestions.Add(1)
 		}
 	}
-	if !l.limitHS {
-		return
+	if !l.limitHS || l.shut.Load() {
+		return // after Close nothing is advertised, and no timer is armed again
 	}
 	if next := l.lim.tick(now); !next.IsZero() {
 		if l.retry == nil {
