@@ -106,7 +106,13 @@ type Conn struct {
 	aborted  atomic.Bool
 
 	readDeadline, writeDeadline deadline
-	monitorDone                 chan struct{}
+
+	// Liveness watch (liveness.go).
+	watched            bool // by the process's watcher; else by a monitor goroutine
+	watchIdx, watchGen uint32
+	watchMu            sync.Mutex
+	unwatched          bool          // the watch is over (event handled, or Close); watchMu
+	monitorDone        chan struct{} // !watched: closed when the monitor returns
 }
 
 // deadline stores a deadline as Unix nanoseconds (0 = none) for lock-free checks.

@@ -252,7 +252,7 @@ func (c *Conn) Close() error {
 		}
 	}
 	c.tcp.Close() // after the close flags: the peer learns of the close before the EOF
-	<-c.monitorDone
+	c.unwatch()
 	c.ctlMu.Lock()
 	peerDone = c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
 	c.ctlMu.Unlock()
@@ -301,26 +301,4 @@ func (c *Conn) CloseRead() error {
 	c.rdClosed.Store(true)
 	c.link.WakeLocal()
 	return nil
-}
-
-// monitor watches the TCP connection, the liveness channel. After the handshake nothing
-// may arrive on it; its EOF (or reset) means the peer closed or its process died (the
-// kernel closes a dead process's sockets), and blocked Reads and Writes are woken to
-// find out which.
-func (c *Conn) monitor() {
-	defer close(c.monitorDone)
-	var b [64]byte
-	n, _ := c.tcp.Read(b[:])
-	if n > 0 && !c.closed.Load() {
-		c.abort(fmt.Errorf("%d unexpected bytes on the CLC socket of an established SMC connection", n))
-	}
-	c.peerGone.Store(true)
-	if !c.closed.Load() {
-		// The peer closes its TCP connection only after publishing its close or abort
-		// flag; without one, its process is gone, and so is the link group.
-		if _, _, cf := cdc.UnpackWord(c.link.LoadPeerCons()); cf&(cdc.PeerConnClosed|cdc.PeerConnAbort) == 0 {
-			c.link.PeerLost()
-		}
-	}
-	c.link.WakeLocal()
 }

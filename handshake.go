@@ -199,13 +199,16 @@ func (h *handshake) established() (*Conn, error) {
 		rxSize: h.dmb.Size() - cdc.AreaSize, txSize: h.peerSize - cdc.AreaSize,
 		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
 		server:      h.side == "server",
-		monitorDone: make(chan struct{}),
 		spaceTok:    make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
 		closing:     make(chan struct{}),
 		flusherDone: make(chan struct{}),
 	}
-	go c.monitor()
+	if n := len(h.tcp.pending); n > 0 {
+		// The peer sent more after its last CLC message: nothing may follow it on TCP.
+		c.abort(fmt.Errorf("%d unexpected bytes on the CLC socket of an established SMC connection", n))
+	}
+	c.watch()
 	return c, nil
 }
 
