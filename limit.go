@@ -72,9 +72,6 @@ func (h *hsLimiter) signal() signal {
 	return signalUp
 }
 
-// advertise reports whether a client arriving now may speak SMC.
-func (h *hsLimiter) advertise() bool { return h.signal() != signalDown }
-
 // countCongested reports the kernel's congestion test alone (for the counters).
 func (h *hsLimiter) countCongested() bool { return h.handshaking > h.workers }
 

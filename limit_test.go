@@ -15,17 +15,17 @@ func TestHSLimiterCount(t *testing.T) {
 	h := hsLimiter{workers: 2, slow: 10 * time.Millisecond}
 	for i := range 2 {
 		h.started(t0)
-		if !h.advertise() || h.countCongested() {
+		if h.signal() != signalUp || h.countCongested() {
 			t.Fatalf("%d handshakes for 2 workers: congested", i+1)
 		}
 	}
 	h.started(t0)
-	if h.advertise() || !h.countCongested() {
+	if h.signal() != signalDown || !h.countCongested() {
 		t.Fatal("3 handshakes for 2 workers: not congested")
 	}
 	h.finished(t0, t0.Add(time.Millisecond), true)
-	if !h.advertise() || h.countCongested() || h.state != breakerClosed {
-		t.Fatalf("back to 2 fast handshakes: advertise %v, state %d", h.advertise(), h.state)
+	if h.signal() != signalUp || h.countCongested() || h.state != breakerClosed {
+		t.Fatalf("back to 2 fast handshakes: signal %d, state %d", h.signal(), h.state)
 	}
 }
 
@@ -37,18 +37,18 @@ func TestHSLimiterBreaker(t *testing.T) {
 	// A failed handshake, however long, is not timed.
 	h.started(ms(0))
 	h.finished(ms(0), ms(6000), false)
-	if !h.advertise() {
+	if h.signal() != signalUp {
 		t.Fatal("a failed handshake opened the breaker")
 	}
 	// A slow completed one opens it for 50ms.
 	h.started(ms(0))
 	h.started(ms(1)) // admitted before the breaker opened
 	h.finished(ms(0), ms(20), true)
-	if h.advertise() || h.state != breakerOpen || h.backoff != 50*time.Millisecond {
-		t.Fatalf("after a 20ms handshake: advertise %v state %d backoff %v", h.advertise(), h.state, h.backoff)
+	if h.signal() != signalDown || h.state != breakerOpen || h.backoff != 50*time.Millisecond {
+		t.Fatalf("after a 20ms handshake: signal %d state %d backoff %v", h.signal(), h.state, h.backoff)
 	}
-	if next := h.tick(ms(40)); !next.Equal(ms(70)) || h.advertise() {
-		t.Fatalf("tick before the back-off: next %v advertise %v", next, h.advertise())
+	if next := h.tick(ms(40)); !next.Equal(ms(70)) || h.signal() != signalDown {
+		t.Fatalf("tick before the back-off: next %v signal %d", next, h.signal())
 	}
 	if next := h.tick(ms(70)); !next.IsZero() || h.state != breakerHalfOpen || h.signal() != signalProbe {
 		t.Fatalf("tick after the back-off: next %v state %d signal %d", next, h.state, h.signal())
@@ -81,8 +81,8 @@ func TestHSLimiterBreaker(t *testing.T) {
 	h.tick(now)
 	h.started(now)
 	h.finished(now, now.Add(time.Millisecond), true)
-	if h.state != breakerClosed || h.backoff != 0 || !h.advertise() || h.handshaking != 0 {
-		t.Fatalf("fast probe: state %d backoff %v advertise %v handshaking %d", h.state, h.backoff, h.advertise(), h.handshaking)
+	if h.state != breakerClosed || h.backoff != 0 || h.signal() != signalUp || h.handshaking != 0 {
+		t.Fatalf("fast probe: state %d backoff %v signal %d handshaking %d", h.state, h.backoff, h.signal(), h.handshaking)
 	}
 }
 
