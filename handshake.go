@@ -87,7 +87,6 @@ type handshake struct {
 	tcp      *countingConn
 	cfg      *settings
 	side     string
-	ctx      context.Context
 	rd       clcReader
 	buf      [clc.MaxProposalLen]byte // the message being read
 	wbuf     [clc.MaxProposalLen]byte // the message being written
@@ -125,7 +124,7 @@ func (h *handshake) release() {
 func newHandshake(ctx context.Context, tcp net.Conn, cfg *settings, side string) *handshake {
 	h := handshakePool.Get().(*handshake)
 	// Field by field: the message buffers need no clearing.
-	h.tcp, h.cfg, h.side, h.ctx, h.version = &countingConn{Conn: tcp}, cfg, side, ctx, clc.V2
+	h.tcp, h.cfg, h.side, h.version = &countingConn{Conn: tcp}, cfg, side, clc.V2
 	h.group, h.dmb, h.remote, h.peerSize = nil, nil, nil, 0
 	h.rd.c, h.rd.r, h.rd.w = h.tcp, 0, 0
 	dl := time.Now().Add(cfg.handshakeTimeout)
@@ -141,7 +140,7 @@ var handshakePool = sync.Pool{New: func() any { return new(handshake) }}
 
 // done returns h to the pool; the connection it built keeps nothing of it.
 func (h *handshake) done() {
-	h.tcp, h.cfg, h.ctx, h.group, h.dmb, h.remote, h.rd.c = nil, nil, nil, nil, nil, nil, nil
+	h.tcp, h.cfg, h.group, h.dmb, h.remote, h.rd.c = nil, nil, nil, nil, nil, nil
 	handshakePool.Put(h)
 }
 

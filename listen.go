@@ -103,8 +103,6 @@ type Listener struct {
 
 	accepted, smc, fallback, hsErrs, congestions, withdrawals, backlogFull atomic.Uint64
 
-	ctx    context.Context
-	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	err    error // accept loop's terminal error
@@ -180,7 +178,6 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		tcp.Close()
 		return fail(fmt.Errorf("smcloop: advertising SMC capability for %v: %w", ta, err))
 	}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1 + workers)
 	go l.acceptLoop()
 	l.inflight = make([]atomic.Pointer[net.Conn], workers)
@@ -354,8 +351,8 @@ func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool 
 		case <-l.closed:
 		}
 	}
-	c, err := serverHandshake(l.ctx, tcp, l.cfg)
-	slot.Store(nil) // from here on the connection is ours to deliver or drop
+	c, err := serverHandshake(context.Background(), tcp, l.cfg) // Close aborts it (inflight)
+	slot.Store(nil)                                             // from here on the connection is ours to deliver or drop
 	countHandshake(sideServer, c, err)
 	if err != nil {
 		l.hsErrs.Add(1)
@@ -443,7 +440,6 @@ func (l *Listener) Close() error {
 func (l *Listener) shutdown() (err error) {
 	l.once.Do(func() {
 		close(l.closed)
-		l.cancel()
 		l.shut.Store(true)
 		for i := range l.inflight {
 			if tcp := l.inflight[i].Load(); tcp != nil {
