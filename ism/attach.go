@@ -196,10 +196,13 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
 			_, err := c.Write(rep.marshal())
 			return err
 		}
+		// Counted before the reply goes out, so that a peer that has its DMB sees it
+		// counted; taken back if the reply cannot be sent.
+		d.attachesServed.Add(1)
 		if err := shm.SendFds(c, rep.marshal(), fds...); err != nil {
+			d.attachesServed.Add(^uint64(0))
 			return err
 		}
-		d.attachesServed.Add(1)
 		return nil
 	default:
 		_, err := c.Write(wireMsg{op: statusBadOp}.marshal())
