@@ -91,6 +91,7 @@ func registerSMC() {
 // against tcp they show what smcloop costs a plain peer (the capability signal, the
 // listener's accept loop, the dialer's lookup).
 func registerMixed() {
+	tcp := bench.TCP()
 	bench.Register(bench.Transport{
 		Name: "tcp-to-smcd",
 		Desc: "plain Go TCP client, smcloop listener (connections are TCP: the listener's cost for plain clients)",
@@ -98,19 +99,13 @@ func registerMixed() {
 			var lc smcloop.ListenConfig
 			return lc.Listen(ctx, "tcp", "127.0.0.1:0")
 		},
-		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", addr)
-		},
+		Dial:          tcp.Dial,
 		ListenerStats: smcListenerStats,
 	})
 	bench.Register(bench.Transport{
-		Name: "smcd-to-tcp",
-		Desc: "smcloop dialer, plain Go TCP listener (connections are TCP: the dialer's cost against plain servers)",
-		Listen: func(ctx context.Context) (net.Listener, error) {
-			var lc net.ListenConfig
-			return lc.Listen(ctx, "tcp", "127.0.0.1:0")
-		},
+		Name:   "smcd-to-tcp",
+		Desc:   "smcloop dialer, plain Go TCP listener (connections are TCP: the dialer's cost against plain servers)",
+		Listen: tcp.Listen,
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			var d smcloop.Dialer
 			return d.DialContext(ctx, "tcp", addr)
@@ -133,20 +128,19 @@ const (
 // the ceiling for short-lived connections of any SMC that speaks CLC over the TCP
 // connection, the kernel's included.
 func registerCLCReference() {
+	tcp := bench.TCP()
 	bench.Register(bench.Transport{
 		Name: "tcp-clc",
 		Desc: "Go TCP plus three messages of the CLC exchange's sizes (" + fmt.Sprint(clcProposalLen, "/", clcAcceptLen, "/", clcConfirmLen) + " bytes) before the data: the CLC round trips alone",
 		Listen: func(ctx context.Context) (net.Listener, error) {
-			var lc net.ListenConfig
-			ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+			ln, err := tcp.Listen(ctx)
 			if err != nil {
 				return nil, err
 			}
 			return clcRefListener{ln}, nil
 		},
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
-			var d net.Dialer
-			c, err := d.DialContext(ctx, "tcp", addr)
+			c, err := tcp.Dial(ctx, addr)
 			if err != nil {
 				return nil, err
 			}
