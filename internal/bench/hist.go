@@ -69,6 +69,17 @@ func (h *histogram) merge(o *histogram) {
 	h.max = max(h.max, o.max)
 }
 
+// accumulate adds h (nil: nothing) to the histogram in *dst, which it creates if empty.
+func accumulate(dst **histogram, h *histogram) {
+	switch {
+	case h == nil:
+	case *dst == nil:
+		*dst = h
+	default:
+		(*dst).merge(h)
+	}
+}
+
 // quantile returns the nearest-rank q-quantile (0 < q <= 1), clamped to [min, max].
 func (h *histogram) quantile(q float64) int64 {
 	if h.n == 0 {

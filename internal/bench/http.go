@@ -185,11 +185,7 @@ func (r *runner) httpPoint(ctx context.Context) (*HTTPPoint, error) {
 		res := &p.Results[ti]
 		res.Rounds = append(res.Rounds, s)
 		addHTTPStats(&res.HTTPStats, s)
-		if hists[ti] == nil {
-			hists[ti] = h
-		} else {
-			hists[ti].merge(h)
-		}
+		accumulate(&hists[ti], h)
 		return nil
 	})
 	if err != nil {

@@ -78,15 +78,6 @@ func (r *runner) overloadPoint(ctx context.Context) (*OverloadPoint, error) {
 	}
 	plainHists := make([]*histogram, len(oc.Transports))
 	nativeHists := make([]*histogram, len(oc.Transports))
-	merge := func(dst **histogram, h *histogram) {
-		switch {
-		case h == nil:
-		case *dst == nil:
-			*dst = h
-		default:
-			(*dst).merge(h)
-		}
-	}
 	err := r.each(ctx, oc.Transports, "overload", func(ti, round int) error {
 		s, ph, nh, err := r.overloadRound(ctx, oc.Transports[ti])
 		if err != nil {
@@ -95,8 +86,8 @@ func (r *runner) overloadPoint(ctx context.Context) (*OverloadPoint, error) {
 		res := &p.Results[ti]
 		res.Rounds = append(res.Rounds, s)
 		addOverloadStats(&res.OverloadStats, s, len(res.Rounds) == 1)
-		merge(&plainHists[ti], ph)
-		merge(&nativeHists[ti], nh)
+		accumulate(&plainHists[ti], ph)
+		accumulate(&nativeHists[ti], nh)
 		return nil
 	})
 	if err != nil {

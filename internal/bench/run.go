@@ -393,11 +393,7 @@ func (r *runner) latencyPoint(ctx context.Context, size int, fl Floors) (Latency
 			addSendStats(&res.ClientSend, *send)
 		}
 		res.Rounds = append(res.Rounds, h.stats(el))
-		if hists[ti] == nil {
-			hists[ti] = h
-		} else {
-			hists[ti].merge(h)
-		}
+		accumulate(&hists[ti], h)
 		elapsed[ti] += el
 		return nil
 	})
@@ -560,11 +556,7 @@ func (r *runner) connPoint(ctx context.Context) (*ConnPoint, error) {
 		res := &p.Results[ti]
 		res.Rounds = append(res.Rounds, s)
 		addConnStats(&res.ConnStats, s)
-		if hists[ti] == nil {
-			hists[ti] = h
-		} else {
-			hists[ti].merge(h)
-		}
+		accumulate(&hists[ti], h)
 		return nil
 	})
 	if err != nil {
