@@ -208,21 +208,31 @@ func (s *httpFileServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 }
 
+// openFile opens the served file for one response; a failure is answered with a 500.
+func (s *httpFileServer) openFile(w http.ResponseWriter) (*os.File, os.FileInfo, error) {
+	f, err := os.Open(s.path)
+	if err != nil {
+		http.Error(w, "cannot open the file", http.StatusInternalServerError)
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		http.Error(w, "cannot stat the file", http.StatusInternalServerError)
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
 // sendfile corks the connection, serves the file with http.ServeContent (the body goes
 // through the connection's ReadFrom), flushes and uncorks: nginx's sendfile on with
 // tcp_nopush.
 func (s *httpFileServer) sendfile(w http.ResponseWriter, r *http.Request) error {
-	f, err := os.Open(s.path)
+	f, fi, err := s.openFile(w)
 	if err != nil {
-		http.Error(w, "cannot open the file", http.StatusInternalServerError)
 		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		http.Error(w, "cannot stat the file", http.StatusInternalServerError)
-		return err
-	}
 	conn, _ := r.Context().Value(httpConnKey{}).(*httpConn)
 	if conn == nil {
 		return errors.New("the request has no connection")
@@ -249,17 +259,11 @@ func (s *httpFileServer) sendfile(w http.ResponseWriter, r *http.Request) error 
 // write reads the file into a buffer and writes it, without corking: nginx's sendfile
 // off. The headers are the ones http.ServeContent sets.
 func (s *httpFileServer) write(w http.ResponseWriter) error {
-	f, err := os.Open(s.path)
+	f, fi, err := s.openFile(w)
 	if err != nil {
-		http.Error(w, "cannot open the file", http.StatusInternalServerError)
 		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		http.Error(w, "cannot stat the file", http.StatusInternalServerError)
-		return err
-	}
 	bp := s.bufs.Get().(*[]byte)
 	defer s.bufs.Put(bp)
 	buf := *bp
