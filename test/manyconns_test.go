@@ -106,22 +106,8 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 	}
 	// All 8 are up at once, each on a DMB of its own on both sides: the peer (a fresh
 	// process) owns 8 DMBs and this process maps each of them; the peer maps 8 of ours.
-	peerFDs, err := dmbFDInodes(p.pid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerMaps, err := dmbMapInodes(p.pid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ourFDs, err := dmbFDInodes(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ourMaps, err := dmbMapInodes(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	peerFDs, peerMaps := dmbInodes(t, p.pid())
+	ourFDs, ourMaps := dmbInodes(t, 0)
 	var peersMappedHere, oursMappedThere int
 	for ino := range peerFDs {
 		if ourMaps[ino] {

@@ -172,22 +172,8 @@ func TestNoLeaks(t *testing.T) {
 		wantBytes(t, "child→parent", readFull(t, c, len(data)), payload(seed+1, len(data)))
 		p.reply("write")
 
-		peerFDs, err := dmbFDInodes(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		peerMaps, err := dmbMapInodes(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ourFDs, err := dmbFDInodes(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ourMaps, err := dmbMapInodes(0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		peerFDs, peerMaps := dmbInodes(t, pid)
+		ourFDs, ourMaps := dmbInodes(t, 0)
 		// The peer owns one DMB (a memfd it holds open) and maps it and ours.
 		if len(peerFDs) != 1 || len(peerMaps) != 2 {
 			t.Fatalf("peer holds DMB memfds %v and maps %v; want 1 and 2", peerFDs, peerMaps)

@@ -362,6 +362,20 @@ func linkInode(path, substr string) (uint64, bool) {
 	return st.Ino, true
 }
 
+// dmbInodes returns the inodes of the DMB memfds process pid (0: this one) holds as
+// descriptors and those it has mapped.
+func dmbInodes(t testing.TB, pid int) (fds, maps inodeSet) {
+	t.Helper()
+	fds, err := dmbFDInodes(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maps, err = dmbMapInodes(pid); err != nil {
+		t.Fatal(err)
+	}
+	return fds, maps
+}
+
 // dmbFDInodes returns the inodes of the DMB memfds process pid holds as descriptors.
 func dmbFDInodes(pid int) (inodeSet, error) {
 	dir := procDir(pid) + "/fd"
