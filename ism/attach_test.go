@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/shm/shmtest"
 )
 
 func TestQueryRemoteGID(t *testing.T) {
@@ -258,7 +259,7 @@ func TestMoveData(t *testing.T) {
 	m.Data.SetDeadline(time.Now().Add(10 * time.Second))
 	woke := make(chan error, 1)
 	go func() { woke <- m.Data.Wait() }()
-	waitParkedInWait(t)
+	shmtest.WaitParkedInWait(t)
 	if err := r.MoveData(32, []byte("wake up"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestSignalEvent(t *testing.T) {
 // TestNoLeakAfterCycles: register, attach, move, detach and unregister a hundred times;
 // every fd and every mapping is given back.
 func TestNoLeakAfterCycles(t *testing.T) {
-	fds0, maps0 := openFDs(t), dmbMappings(t)
+	fds0, maps0 := shmtest.OpenFDs(t), dmbMappings(t)
 	owner := openDevice(t, ism.Config{})
 	peer := openDevice(t, ism.Config{})
 	cycle := func(i int) {
@@ -364,11 +365,11 @@ func TestNoLeakAfterCycles(t *testing.T) {
 		owner.UnregisterDMB(m)
 	}
 	cycle(0) // opens the device-to-device connection, kept for reuse
-	fds, maps := openFDs(t), dmbMappings(t)
+	fds, maps := shmtest.OpenFDs(t), dmbMappings(t)
 	for i := 1; i <= 100; i++ {
 		cycle(i)
 	}
-	if got := openFDs(t); got != fds {
+	if got := shmtest.OpenFDs(t); got != fds {
 		t.Errorf("open fds %d -> %d after 100 cycles", fds, got)
 	}
 	if got := dmbMappings(t); got != maps {
@@ -381,7 +382,7 @@ func TestNoLeakAfterCycles(t *testing.T) {
 	// Closing both devices gives back their sockets and connections as well.
 	owner.Close()
 	peer.Close()
-	if got := openFDs(t); got != fds0 {
+	if got := shmtest.OpenFDs(t); got != fds0 {
 		t.Errorf("open fds %d before opening the devices, %d after closing them", fds0, got)
 	}
 	if got := dmbMappings(t); got != maps0 {

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/shm/shmtest"
 )
 
 func TestOpenGivesDistinctLoopbackDevices(t *testing.T) {
@@ -196,7 +195,7 @@ func TestCloseUnblocksWaitersAndRefusesWork(t *testing.T) {
 
 	waited := make(chan error, 1)
 	go func() { waited <- m.Data.Wait() }()
-	waitParkedInWait(t)
+	shmtest.WaitParkedInWait(t)
 
 	if err := d.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -243,25 +242,5 @@ func TestCloseUnblocksWaitersAndRefusesWork(t *testing.T) {
 	}
 	if _, err := peer.AttachDMB(d.GID(), m.Token(), m.Size()); !errors.Is(err, ism.ErrUnreachable) {
 		t.Errorf("AttachDMB on a closed device: %v, want ErrUnreachable", err)
-	}
-}
-
-// waitParkedInWait returns once some goroutine is parked on the runtime poller inside
-// shm.(*Doorbell).Wait, so that the test knows a Wait really blocks.
-func waitParkedInWait(t testing.TB) {
-	t.Helper()
-	limit := time.Now().Add(10 * time.Second)
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		for g := range strings.SplitSeq(string(buf[:n]), "\n\n") {
-			if strings.Contains(g, "[IO wait") && strings.Contains(g, "shm.(*Doorbell).Wait(") {
-				return
-			}
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("no goroutine parked in Doorbell.Wait after 10s")
-		}
-		runtime.Gosched()
 	}
 }

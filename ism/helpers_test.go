@@ -71,15 +71,6 @@ func checkPattern(b []byte, base int, seed byte) int {
 	return -1
 }
 
-func openFDs(t testing.TB) int {
-	t.Helper()
-	n, err := shm.OpenFDs()
-	if err != nil {
-		t.Fatalf("OpenFDs: %v", err)
-	}
-	return n
-}
-
 func dmbMappings(t testing.TB) int {
 	t.Helper()
 	n, err := shm.CountMappings("smcloop-dmb")

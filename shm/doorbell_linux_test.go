@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/shm"
+	"github.com/smcloop/smcloop/shm/shmtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -85,7 +86,7 @@ func TestDoorbellWaitBlocksUntilRing(t *testing.T) {
 		defer mu.Unlock()
 		done <- result{err, rung}
 	}()
-	waitParkedInWait(t)
+	shmtest.WaitParkedInWait(t)
 	select {
 	case r := <-done:
 		t.Fatalf("Wait returned %v before Ring", r.err)
@@ -144,7 +145,7 @@ func TestDoorbellDeadline(t *testing.T) {
 	// Moving the deadline into the past releases a Wait already blocked.
 	done := make(chan error, 1)
 	go func() { done <- d.Wait() }()
-	waitParkedInWait(t)
+	shmtest.WaitParkedInWait(t)
 	if err := d.SetDeadline(time.Now().Add(-time.Second)); err != nil {
 		t.Fatalf("SetDeadline: %v", err)
 	}
@@ -156,7 +157,7 @@ func TestDoorbellCloseUnblocksWait(t *testing.T) {
 	fd := d.Fd()
 	done := make(chan error, 1)
 	go func() { done <- d.Wait() }()
-	waitParkedInWait(t)
+	shmtest.WaitParkedInWait(t)
 	if err := d.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}

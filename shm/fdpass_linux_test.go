@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/smcloop/smcloop/shm"
+	"github.com/smcloop/smcloop/shm/shmtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -109,12 +110,12 @@ func TestRecvFdsTooMany(t *testing.T) {
 				if err := shm.SendFds(a, []byte("x"), newEventfds(t, tc.send)...); err != nil {
 					t.Fatalf("SendFds: %v", err)
 				}
-				before := openFDs(t)
+				before := shmtest.OpenFDs(t)
 				n, fds, err := shm.RecvFds(b, make([]byte, 8), tc.max)
 				if !errors.Is(err, shm.ErrTooManyFds) || fds != nil {
 					t.Fatalf("RecvFds(max %d) of %d fds = %d, %v, %v; want ErrTooManyFds", tc.max, tc.send, n, fds, err)
 				}
-				if after := openFDs(t); after != before {
+				if after := shmtest.OpenFDs(t); after != before {
 					t.Errorf("%d descriptors open after the refused message, want %d", after, before)
 				}
 				t.Log(err)
@@ -128,12 +129,12 @@ func TestRecvFdsTruncatedMessage(t *testing.T) {
 	if err := shm.SendFds(a, []byte("sixteen bytes!!!"), newEventfds(t, 1)...); err != nil {
 		t.Fatalf("SendFds: %v", err)
 	}
-	before := openFDs(t)
+	before := shmtest.OpenFDs(t)
 	_, fds, err := shm.RecvFds(b, make([]byte, 4), 1)
 	if !errors.Is(err, shm.ErrMsgTruncated) || fds != nil {
 		t.Fatalf("RecvFds into a short buffer = %v, %v; want ErrMsgTruncated", fds, err)
 	}
-	if after := openFDs(t); after != before {
+	if after := shmtest.OpenFDs(t); after != before {
 		t.Errorf("%d descriptors open after the truncated message, want %d", after, before)
 	}
 }

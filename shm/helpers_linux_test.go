@@ -3,12 +3,8 @@ package shm_test
 import (
 	"net"
 	"os"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/smcloop/smcloop/shm"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,35 +62,5 @@ func requireCloexec(t testing.TB, fd int) {
 	}
 	if flags&unix.FD_CLOEXEC == 0 {
 		t.Errorf("fd %d is not close-on-exec", fd)
-	}
-}
-
-func openFDs(t testing.TB) int {
-	t.Helper()
-	n, err := shm.OpenFDs()
-	if err != nil {
-		t.Fatalf("OpenFDs: %v", err)
-	}
-	return n
-}
-
-// waitParkedInWait returns once a goroutine is parked on the runtime poller
-// ("IO wait") inside Doorbell.Wait, which is how tests know that a Wait is
-// really blocked before they ring, close or move the deadline.
-func waitParkedInWait(t testing.TB) {
-	t.Helper()
-	limit := time.Now().Add(10 * time.Second)
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		for g := range strings.SplitSeq(string(buf[:n]), "\n\n") {
-			if strings.Contains(g, "[IO wait") && strings.Contains(g, "shm.(*Doorbell).Wait(") {
-				return
-			}
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("no goroutine parked in Doorbell.Wait after 10s:\n%s", buf[:n])
-		}
-		runtime.Gosched()
 	}
 }

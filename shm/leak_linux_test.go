@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/smcloop/smcloop/shm"
+	"github.com/smcloop/smcloop/shm/shmtest"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,11 +61,11 @@ func TestNoLeaks(t *testing.T) {
 	}
 
 	cycle() // let the runtime set up its poller before taking the baseline
-	fds0, maps0 := openFDs(t), countMappings(t, name)
+	fds0, maps0 := shmtest.OpenFDs(t), countMappings(t, name)
 	for range 200 {
 		cycle()
 	}
-	if fds, maps := openFDs(t), countMappings(t, name); fds != fds0 || maps != maps0 {
+	if fds, maps := shmtest.OpenFDs(t), countMappings(t, name); fds != fds0 || maps != maps0 {
 		t.Errorf("after 200 cycles: %d descriptors and %d mappings, want %d and %d", fds, maps, fds0, maps0)
 	}
 }
