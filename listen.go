@@ -224,7 +224,10 @@ func (l *Listener) acceptLoop() {
 			l.deliver(c)
 			continue
 		}
-		start := time.Now()
+		var start time.Time // only LimitHandshake times handshakes
+		if l.limitHS {
+			start = time.Now()
+		}
 		l.hsStarted(start)
 		l.jobs <- hsJob{tcp, start} // never blocks: jobs has the backlog's capacity
 	}
