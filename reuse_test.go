@@ -1,6 +1,7 @@
 package smcloop
 
 import (
+	"fmt"
 	"io"
 	"testing"
 
@@ -71,5 +72,72 @@ func TestSteadyConnectionsReuseBuffers(t *testing.T) {
 	maps2, _ := shm.CountMappings("smcloop-dmb")
 	if fds2 > fds+2 || maps2 != maps {
 		t.Fatalf("resources grew: fds %d -> %d, DMB mappings %d -> %d", fds, fds2, maps, maps2)
+	}
+}
+
+// TestBurstsReuseBuffers: bursts of many connections at once (more than any fixed cache
+// would hold) reuse the buffers of the burst before: after the first burst no DMB is
+// registered and no peer DMB attached.
+func TestBurstsReuseBuffers(t *testing.T) {
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan struct{})
+	go func() {
+		for {
+			c, err := ln.AcceptSMC()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close(); served <- struct{}{} }()
+		}
+	}()
+	const width = 200
+	burst := func() {
+		conns := make([]*Conn, width)
+		for i := range conns {
+			c, err := Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.UsingSMC() {
+				t.Fatalf("fell back: %s", c.Mode())
+			}
+			conns[i] = c
+		}
+		for i, c := range conns {
+			msg := fmt.Appendf(nil, "request %d", i)
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			c.CloseWrite()
+			got, err := io.ReadAll(c)
+			if err != nil || string(got) != string(msg) {
+				t.Fatalf("echo %q, %v; want %q", got, err, msg)
+			}
+			c.Close()
+		}
+		for range width {
+			<-served
+		}
+	}
+	burst()
+	base := ProcessStatistics().Buffers
+	const bursts = 3
+	for range bursts {
+		burst()
+	}
+	got := ProcessStatistics().Buffers
+	if got.RMBAlloc != base.RMBAlloc || got.PeerAttach != base.PeerAttach {
+		t.Fatalf("allocations grew over %d bursts of %d connections: RMB %d -> %d, attaches %d -> %d",
+			bursts, width, base.RMBAlloc, got.RMBAlloc, base.PeerAttach, got.PeerAttach)
+	}
+	if reused := got.RMBReuse - base.RMBReuse; reused != 2*bursts*width {
+		t.Fatalf("%d DMB reuses, want %d (client and server side)", reused, 2*bursts*width)
+	}
+	if reused := got.PeerReuse - base.PeerReuse; reused != 2*bursts*width {
+		t.Fatalf("%d peer mapping reuses, want %d", reused, 2*bursts*width)
 	}
 }

@@ -22,6 +22,7 @@ func statsDelta(before, after smcd.BufferStats) smcd.BufferStats {
 		PeerReuse:    after.PeerReuse - before.PeerReuse,
 		LinkGroups:   after.LinkGroups - before.LinkGroups,
 		Terminated:   after.Terminated - before.Terminated,
+		IdleFreed:    after.IdleFreed - before.IdleFreed,
 	}
 }
 

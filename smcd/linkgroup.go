@@ -4,8 +4,10 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/ism"
@@ -20,9 +22,14 @@ const (
 	RoleServer
 )
 
-// maxIdle bounds the idle local DMBs and the idle cached peer mappings a link group keeps
-// for reuse; beyond it buffers are released.
-const maxIdle = 64
+// IdleSweep is how often a link group with idle buffers sweeps them. Idle buffers (local
+// DMBs and peer mappings no connection uses) are kept for reuse, as the kernel keeps a
+// link group's unused buffers until the group ends, with no count limit of their own: the
+// device's DMB limit bounds them, and when it refuses a new DMB the idle buffers of every
+// group on the device give way. A buffer still idle at the second sweep after it went
+// idle, i.e. unused for 5 to 10 s, is released, so that a burst of connections does not
+// hold its buffers long after it is over.
+const IdleSweep = 5 * time.Second
 
 // BufferStats are the process-wide buffer counters (the kernel's rmb_rx / rmb_tx
 // alloc_cnt, reuse_cnt and dgrade_cnt).
@@ -34,10 +41,11 @@ type BufferStats struct {
 	PeerReuse    uint64 // peer DMB mappings reused from a link group
 	LinkGroups   uint64 // link groups created
 	Terminated   uint64 // link groups terminated because the peer vanished
+	IdleFreed    uint64 // idle local DMBs and peer mappings released (unused too long, or the DMB limit)
 }
 
 var bufStats struct {
-	rmbAlloc, rmbReuse, rmbDowngrade, peerAttach, peerReuse, lgrs, terminated atomic.Uint64
+	rmbAlloc, rmbReuse, rmbDowngrade, peerAttach, peerReuse, lgrs, terminated, idleFreed atomic.Uint64
 }
 
 // Stats returns the process-wide buffer counters.
@@ -46,7 +54,7 @@ func Stats() BufferStats {
 		RMBAlloc: bufStats.rmbAlloc.Load(), RMBReuse: bufStats.rmbReuse.Load(),
 		RMBDowngrade: bufStats.rmbDowngrade.Load(), PeerAttach: bufStats.peerAttach.Load(),
 		PeerReuse: bufStats.peerReuse.Load(), LinkGroups: bufStats.lgrs.Load(),
-		Terminated: bufStats.terminated.Load(),
+		Terminated: bufStats.terminated.Load(), IdleFreed: bufStats.idleFreed.Load(),
 	}
 }
 
@@ -62,16 +70,25 @@ type LinkGroup struct {
 
 	mu        sync.Mutex
 	dead      bool
-	free      map[int][]*ism.DMB    // idle local DMBs by size, the peer done with them
-	lingering []*ism.DMB            // released by us; reusable once the peer's close flag arrives
+	free      map[int][]idleDMB     // idle local DMBs by size, the peer done with them
+	lingering []idleDMB             // released by us; reusable once the peer's close flag arrives
 	remotes   map[uint64]*remoteDMB // peer DMBs by token
-	idleOrder []uint64              // tokens of idle remotes, oldest first
+	idleRem   int                   // remotes not in use
+	gen       uint64                // idle sweeps so far
+	sweep     *time.Timer           // next idle sweep, while anything is idle
 	table     *Groups
+}
+
+// idleDMB is a local DMB no connection uses, with the sweep generation it went idle in.
+type idleDMB struct {
+	m   *ism.DMB
+	gen uint64
 }
 
 type remoteDMB struct {
 	r     *ism.RemoteDMB
 	inUse bool
+	gen   uint64 // sweep generation it went idle in
 }
 
 // ID is the 4-byte link group id carried in CLC Accept/Confirm.
@@ -82,8 +99,9 @@ func (g *LinkGroup) Peer() ism.GID { return g.peer }
 
 // GetDMB returns a local DMB of size bytes with a zeroed CDC area, reused from the group if one is idle,
 // else newly registered. If the device refuses (DMB limit) it downgrades to the largest
-// smaller idle DMB, like the kernel's walk down the buffer sizes. The bool reports a
-// downgrade. ism.ErrNoSpace means nothing could be had.
+// smaller idle DMB, like the kernel's walk down the buffer sizes. With none, the idle
+// buffers of every link group on the device give way and registration is tried once more.
+// The bool reports a downgrade. ism.ErrNoSpace means nothing could be had.
 func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 	g.mu.Lock()
 	if g.dead {
@@ -104,6 +122,24 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 		bufStats.rmbAlloc.Add(1)
 		return m, false, nil
 	}
+	if !errors.Is(err, ism.ErrNoSpace) {
+		return nil, false, err
+	}
+	if m := g.downgrade(size); m != nil {
+		return m, true, nil
+	}
+	if g.table.releaseIdle() == 0 {
+		return nil, false, err
+	}
+	if m, err = g.dev.RegisterDMB(size); err != nil {
+		return nil, false, err
+	}
+	bufStats.rmbAlloc.Add(1)
+	return m, false, nil
+}
+
+// downgrade takes the largest idle DMB smaller than size, or returns nil.
+func (g *LinkGroup) downgrade(size int) *ism.DMB {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for s := size >> 1; s >= ism.MinDMBSize; s >>= 1 {
@@ -111,10 +147,10 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 			bufStats.rmbReuse.Add(1)
 			bufStats.rmbDowngrade.Add(1)
 			resetDMB(m)
-			return m, true, nil
+			return m
 		}
 	}
-	return nil, false, err
+	return nil
 }
 
 // resetDMB prepares a reused DMB for a new connection: its CDC area (cursors, flags,
@@ -128,7 +164,8 @@ func (g *LinkGroup) takeFreeLocked(size int) *ism.DMB {
 	if len(list) == 0 {
 		return nil
 	}
-	m := list[len(list)-1]
+	m := list[len(list)-1].m
+	list[len(list)-1] = idleDMB{}
 	g.free[size] = list[:len(list)-1]
 	return m
 }
@@ -137,11 +174,11 @@ func (g *LinkGroup) takeFreeLocked(size int) *ism.DMB {
 // to the free lists: the peer no longer writes into them.
 func (g *LinkGroup) reapLingeringLocked() {
 	kept := g.lingering[:0]
-	for _, m := range g.lingering {
-		if peerFinished(m) {
-			g.addFreeLocked(m)
+	for _, e := range g.lingering {
+		if peerFinished(e.m) {
+			g.free[e.m.Size()] = append(g.free[e.m.Size()], e)
 		} else {
-			kept = append(kept, m)
+			kept = append(kept, e)
 		}
 	}
 	clear(g.lingering[len(kept):])
@@ -157,18 +194,6 @@ func peerFinished(m *ism.DMB) bool {
 	return cf&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
 }
 
-func (g *LinkGroup) addFreeLocked(m *ism.DMB) {
-	n := 0
-	for _, l := range g.free {
-		n += len(l)
-	}
-	if n >= maxIdle {
-		g.dev.UnregisterDMB(m)
-		return
-	}
-	g.free[m.Size()] = append(g.free[m.Size()], m)
-}
-
 // PutDMB returns a connection's local DMB. If the peer has finished with it (peerDone,
 // or its close flag is in the DMB) it is idle at once; otherwise it lingers until the
 // flag arrives.
@@ -179,11 +204,11 @@ func (g *LinkGroup) PutDMB(m *ism.DMB, peerDone bool) {
 	case g.dead:
 		g.dev.UnregisterDMB(m)
 	case peerDone || peerFinished(m):
-		g.addFreeLocked(m)
-	case len(g.lingering) >= maxIdle:
-		g.dev.UnregisterDMB(m)
+		g.free[m.Size()] = append(g.free[m.Size()], idleDMB{m, g.gen})
+		g.armSweepLocked()
 	default:
-		g.lingering = append(g.lingering, m)
+		g.lingering = append(g.lingering, idleDMB{m, g.gen})
+		g.armSweepLocked()
 	}
 }
 
@@ -197,7 +222,7 @@ func (g *LinkGroup) Attach(token uint64, size int) (*ism.RemoteDMB, error) {
 	}
 	if e, ok := g.remotes[token]; ok && !e.inUse && e.r.Size() == size {
 		e.inUse = true
-		g.dropIdleLocked(token)
+		g.idleRem--
 		g.mu.Unlock()
 		bufStats.peerReuse.Add(1)
 		return e.r, nil
@@ -213,7 +238,7 @@ func (g *LinkGroup) Attach(token uint64, size int) (*ism.RemoteDMB, error) {
 	defer g.mu.Unlock()
 	if old, ok := g.remotes[token]; ok { // a stale mapping under a recycled token
 		if !old.inUse {
-			g.dropIdleLocked(token)
+			g.idleRem--
 			old.r.Detach()
 		}
 	}
@@ -223,15 +248,6 @@ func (g *LinkGroup) Attach(token uint64, size int) (*ism.RemoteDMB, error) {
 	}
 	g.remotes[token] = &remoteDMB{r: r, inUse: true}
 	return r, nil
-}
-
-func (g *LinkGroup) dropIdleLocked(token uint64) {
-	for i, t := range g.idleOrder {
-		if t == token {
-			g.idleOrder = append(g.idleOrder[:i], g.idleOrder[i+1:]...)
-			return
-		}
-	}
 }
 
 // Release returns a peer DMB mapping to the group's cache.
@@ -248,14 +264,77 @@ func (g *LinkGroup) Release(r *ism.RemoteDMB) {
 		r.Detach()
 		return
 	}
-	e.inUse = false
-	g.idleOrder = append(g.idleOrder, r.Token())
-	for len(g.idleOrder) > maxIdle {
-		t := g.idleOrder[0]
-		g.idleOrder = g.idleOrder[1:]
-		g.remotes[t].r.Detach()
-		delete(g.remotes, t)
+	e.inUse, e.gen = false, g.gen
+	g.idleRem++
+	g.armSweepLocked()
+}
+
+// armSweepLocked makes sure an idle sweep is coming.
+func (g *LinkGroup) armSweepLocked() {
+	if g.sweep == nil {
+		g.sweep = time.AfterFunc(g.table.sweepEvery, g.sweepIdle)
 	}
+}
+
+// sweepIdle releases the buffers that stayed idle since the sweep before this one, and
+// comes back while anything is idle.
+func (g *LinkGroup) sweepIdle() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sweep = nil
+	if g.dead {
+		return
+	}
+	g.gen++
+	g.releaseIdleLocked(g.gen-1, true)
+	if g.idleRem > 0 || len(g.lingering) > 0 || g.idleLocal() > 0 {
+		g.armSweepLocked()
+	}
+	if g.table.swept != nil {
+		g.table.swept(g)
+	}
+}
+
+// releaseIdleLocked releases the idle local DMBs, and with remotes the idle peer
+// mappings, that went idle before generation before, and reports how many local DMBs it
+// unregistered.
+func (g *LinkGroup) releaseIdleLocked(before uint64, remotes bool) (unregistered int) {
+	drop := func(list []idleDMB) []idleDMB {
+		kept := list[:0]
+		for _, e := range list {
+			if e.gen < before {
+				g.dev.UnregisterDMB(e.m)
+				unregistered++
+			} else {
+				kept = append(kept, e)
+			}
+		}
+		clear(list[len(kept):])
+		return kept
+	}
+	for size, list := range g.free {
+		g.free[size] = drop(list)
+	}
+	g.lingering = drop(g.lingering)
+	freed := unregistered
+	for t, e := range g.remotes {
+		if remotes && !e.inUse && e.gen < before {
+			e.r.Detach()
+			delete(g.remotes, t)
+			g.idleRem--
+			freed++
+		}
+	}
+	bufStats.idleFreed.Add(uint64(freed))
+	return unregistered
+}
+
+func (g *LinkGroup) idleLocal() int {
+	n := 0
+	for _, l := range g.free {
+		n += len(l)
+	}
+	return n
 }
 
 // Terminate ends the link group: idle and lingering buffers are released now, buffers
@@ -290,14 +369,18 @@ func (g *LinkGroup) retire() bool {
 		return false
 	}
 	g.dead = true
+	if g.sweep != nil {
+		g.sweep.Stop()
+		g.sweep = nil
+	}
 	for _, l := range g.free {
-		for _, m := range l {
-			g.dev.UnregisterDMB(m)
+		for _, e := range l {
+			g.dev.UnregisterDMB(e.m)
 		}
 	}
 	g.free = nil
-	for _, m := range g.lingering {
-		g.dev.UnregisterDMB(m)
+	for _, e := range g.lingering {
+		g.dev.UnregisterDMB(e.m)
 	}
 	g.lingering = nil
 	for t, e := range g.remotes {
@@ -306,7 +389,7 @@ func (g *LinkGroup) retire() bool {
 			delete(g.remotes, t)
 		}
 	}
-	g.idleOrder = nil
+	g.idleRem = 0
 	return true
 }
 
@@ -317,6 +400,9 @@ type Groups struct {
 	dev    *ism.Device
 	mu     sync.Mutex
 	groups map[groupKey]*LinkGroup
+
+	sweepEvery time.Duration    // IdleSweep; tests shorten it
+	swept      func(*LinkGroup) // test hook: called after each idle sweep, g.mu held
 }
 
 type groupKey struct {
@@ -327,7 +413,7 @@ type groupKey struct {
 // NewGroups returns an empty link group table for dev and takes over dev's event
 // handler to follow the peers' link group shutdowns.
 func NewGroups(dev *ism.Device) *Groups {
-	t := &Groups{dev: dev, groups: make(map[groupKey]*LinkGroup)}
+	t := &Groups{dev: dev, groups: make(map[groupKey]*LinkGroup), sweepEvery: IdleSweep}
 	dev.SetEventHandler(t.event)
 	return t
 }
@@ -394,7 +480,7 @@ func (t *Groups) create(peer ism.GID, role Role, id [4]byte, reuse bool) (*LinkG
 	}
 	g := &LinkGroup{
 		dev: t.dev, peer: peer, role: role, id: newID, table: t,
-		free: make(map[int][]*ism.DMB), remotes: make(map[uint64]*remoteDMB),
+		free: make(map[int][]idleDMB), remotes: make(map[uint64]*remoteDMB),
 	}
 	t.mu.Lock()
 	old := t.groups[k]
@@ -418,6 +504,26 @@ func (t *Groups) remove(g *LinkGroup) {
 	if t.groups[k] == g {
 		delete(t.groups, k)
 	}
+}
+
+// releaseIdle releases every idle and lingering local DMB of the device's link groups (the
+// device refused a new one: its DMB limit is reached) and reports how many it released.
+func (t *Groups) releaseIdle() int {
+	t.mu.Lock()
+	groups := make([]*LinkGroup, 0, len(t.groups))
+	for _, g := range t.groups {
+		groups = append(groups, g)
+	}
+	t.mu.Unlock()
+	n := 0
+	for _, g := range groups {
+		g.mu.Lock()
+		if !g.dead {
+			n += g.releaseIdleLocked(math.MaxUint64, false)
+		}
+		g.mu.Unlock()
+	}
+	return n
 }
 
 // TerminatePeer terminates every link group with peer, as the kernel does on a GID event

@@ -163,17 +163,42 @@ func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
 	}
 	expectDelta(t, "refusal", before, smcd.BufferStats{})
 
-	// A downgrade never hands out a larger DMB than asked for.
+	// A downgrade never hands out a larger DMB than asked for: with only a 32 KiB DMB idle,
+	// a 16 KiB request makes the idle one give way and gets a new 16 KiB DMB.
 	g.PutDMB(mid, true)
 	before = smcd.Stats()
-	if m2, _, err := g.GetDMB(ism.MinDMBSize); err == nil {
-		if m2.Size() > ism.MinDMBSize {
-			t.Fatalf("GetDMB(16 KiB) gave %d bytes", m2.Size())
-		}
-		t.Fatalf("GetDMB(16 KiB) at the limit with only 32 KiB idle succeeded")
+	m2, down, err := g.GetDMB(ism.MinDMBSize)
+	if err != nil || down || m2.Size() != ism.MinDMBSize || m2 == mid {
+		t.Fatalf("GetDMB(16 KiB) at the limit with a 32 KiB DMB idle = %v, downgraded=%v, %v; want a new 16 KiB DMB", m2, down, err)
 	}
-	expectDelta(t, "no upgrade", before, smcd.BufferStats{})
+	expectDelta(t, "idle DMB giving way", before, smcd.BufferStats{RMBAlloc: 1, IdleFreed: 1})
+	if st := p.devA.Stats(); st.DMBsRegistered != 2 {
+		t.Errorf("%d DMBs registered, want 2 (the limit)", st.DMBsRegistered)
+	}
 	g.PutDMB(m, true)
+	g.PutDMB(m2, true)
+}
+
+func TestIdleDMBsOfOtherGroupsGiveWayAtTheDeviceLimit(t *testing.T) {
+	p := newPair(t, ism.Config{MaxDMBs: 3}, ism.Config{})
+	// A second group on device A: A as the server of B (the pair's group is the client).
+	other, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := []*ism.DMB{getDMB(t, p.gA, ism.MinDMBSize), getDMB(t, p.gA, ism.MinDMBSize)}
+	lingering := getDMB(t, p.gA, ism.MinDMBSize)
+	p.gA.PutDMB(idle[0], true)
+	p.gA.PutDMB(idle[1], true)
+	p.gA.PutDMB(lingering, false)
+
+	before := smcd.Stats()
+	m := getDMB(t, other, 64<<10)
+	expectDelta(t, "the other group's idle DMBs giving way", before, smcd.BufferStats{RMBAlloc: 1, IdleFreed: 3})
+	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
+		t.Errorf("%d DMBs registered, want 1", st.DMBsRegistered)
+	}
+	other.PutDMB(m, true)
 }
 
 func TestAttachCachesPeerMappingsByToken(t *testing.T) {
@@ -238,51 +263,75 @@ func TestAttachCachesPeerMappingsByToken(t *testing.T) {
 	}
 }
 
-func TestIdleRemoteCacheIsBounded(t *testing.T) {
+// TestIdleRemotesStayCachedUntilSwept: released peer mappings stay cached, with no count
+// limit, and are reused; the second sweep after one went idle unmaps it.
+func TestIdleRemotesStayCachedUntilSwept(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
-	const n = 64 + 3
+	const n = 100
 	maps0 := dmbMappings(t)
 	dmbs := make([]*ism.DMB, n)
 	remotes := make([]*ism.RemoteDMB, n)
-	for i := range dmbs {
-		dmbs[i] = getDMB(t, p.gB, ism.MinDMBSize)
+	attach := func(i int) *ism.RemoteDMB {
+		t.Helper()
 		r, err := p.gA.Attach(dmbs[i].Token(), ism.MinDMBSize)
 		if err != nil {
 			t.Fatal(err)
 		}
-		remotes[i] = r
+		return r
 	}
-	if got := dmbMappings(t) - maps0; got != 2*n {
-		t.Fatalf("%d DMB mappings, want %d (owner and attacher)", got, 2*n)
+	for i := range dmbs {
+		dmbs[i] = getDMB(t, p.gB, ism.MinDMBSize)
+		remotes[i] = attach(i)
 	}
 	for _, r := range remotes {
 		p.gA.Release(r)
 	}
-	// The three released first were unmapped; 64 stay cached.
-	if got := dmbMappings(t) - maps0; got != n+64 {
-		t.Errorf("%d DMB mappings after releasing %d remotes, want %d", got, n, n+64)
+	if got := dmbMappings(t) - maps0; got != 2*n {
+		t.Fatalf("%d DMB mappings after releasing %d remotes, want %d (all cached)", got, n, 2*n)
 	}
-	for i, r := range remotes {
-		if evicted := r.Bytes() == nil; evicted != (i < 3) {
-			t.Errorf("remote %d evicted = %v, want %v", i, evicted, i < 3)
+	before := smcd.Stats()
+	for i := range remotes {
+		if r := attach(i); r != remotes[i] {
+			t.Fatalf("Attach of idle remote %d made a new mapping", i)
 		}
 	}
-
-	before := smcd.Stats()
-	r, err := p.gA.Attach(dmbs[n-1].Token(), ism.MinDMBSize)
-	if err != nil || r != remotes[n-1] {
-		t.Fatalf("Attach of the newest idle remote: %v (same mapping %v)", err, r == remotes[n-1])
+	expectDelta(t, "Attach of the cached remotes", before, smcd.BufferStats{PeerReuse: n})
+	for _, r := range remotes {
+		p.gA.Release(r)
 	}
-	expectDelta(t, "Attach of a cached remote", before, smcd.BufferStats{PeerReuse: 1})
-	p.gA.Release(r)
+
+	// One sweep: everything went idle since the last one, nothing is unmapped. Ten are
+	// used again and released after it: they went idle later than the rest.
+	p.gA.SweepIdle()
+	for i := range 10 {
+		p.gA.Release(attach(i))
+	}
+	before = smcd.Stats()
+	p.gA.SweepIdle()
+	expectDelta(t, "second sweep", before, smcd.BufferStats{IdleFreed: n - 10})
+	for i, r := range remotes {
+		if unmapped := r.Bytes() == nil; unmapped != (i >= 10) {
+			t.Errorf("remote %d unmapped = %v, want %v", i, unmapped, i >= 10)
+		}
+	}
+	inUse := attach(0) // in use: no sweep touches it
+	p.gA.SweepIdle()
+	p.gA.SweepIdle()
+	if inUse.Bytes() == nil {
+		t.Fatal("a sweep unmapped a peer mapping in use")
+	}
+	if got := dmbMappings(t) - maps0; got != n+1 {
+		t.Errorf("%d DMB mappings after the sweeps, want %d (the owner's and one in use)", got, n+1)
+	}
+	p.gA.Release(inUse)
 
 	before = smcd.Stats()
-	r, err = p.gA.Attach(dmbs[0].Token(), ism.MinDMBSize)
-	if err != nil || r == remotes[0] {
-		t.Fatalf("Attach of an evicted remote: %v (same mapping %v)", err, r == remotes[0])
+	if r := attach(n - 1); r == remotes[n-1] {
+		t.Fatal("Attach of a swept remote reused its unmapped mapping")
+	} else {
+		p.gA.Release(r)
 	}
-	expectDelta(t, "Attach of an evicted remote", before, smcd.BufferStats{PeerAttach: 1})
-	p.gA.Release(r) // evicts the oldest idle remote again
+	expectDelta(t, "Attach of a swept remote", before, smcd.BufferStats{PeerAttach: 1})
 
 	for _, m := range dmbs {
 		p.gB.PutDMB(m, true)
@@ -294,31 +343,73 @@ func TestIdleRemoteCacheIsBounded(t *testing.T) {
 	}
 }
 
-func TestIdleLocalDMBsAreBounded(t *testing.T) {
+// TestIdleLocalDMBsStayUntilSwept: returned DMBs, idle or lingering, are all kept (no
+// count limit) and reused; the second sweep after one went idle unregisters it.
+func TestIdleLocalDMBsStayUntilSwept(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
-	const n = 64 + 2
-	for _, peerDone := range []bool{true, false} {
-		dmbs := make([]*ism.DMB, n)
-		for i := range dmbs {
-			dmbs[i] = getDMB(t, p.gA, ism.MinDMBSize)
+	const n = 100
+	g := p.gA
+	base := p.devA.Stats().DMBsRegistered
+	dmbs := make([]*ism.DMB, n)
+	for i := range dmbs {
+		dmbs[i] = getDMB(t, g, ism.MinDMBSize)
+	}
+	for i, m := range dmbs {
+		g.PutDMB(m, i%2 == 0) // half idle at once, half lingering
+	}
+	registered := func() int { return p.devA.Stats().DMBsRegistered - base }
+	if got := registered(); got != n {
+		t.Fatalf("%d DMBs registered after returning %d, want all %d kept", got, n, n)
+	}
+
+	g.SweepIdle() // all went idle since the last sweep: nothing goes
+	if got := registered(); got != n {
+		t.Fatalf("%d DMBs registered after one sweep, want %d", got, n)
+	}
+	before := smcd.Stats()
+	reused := make([]*ism.DMB, 10)
+	for i := range reused {
+		reused[i] = getDMB(t, g, ism.MinDMBSize)
+	}
+	expectDelta(t, "reuse of idle DMBs", before, smcd.BufferStats{RMBReuse: 10})
+	for _, m := range reused {
+		g.PutDMB(m, true)
+	}
+	before = smcd.Stats()
+	g.SweepIdle()
+	expectDelta(t, "second sweep", before, smcd.BufferStats{IdleFreed: n - 10})
+	if got := registered(); got != 10 {
+		t.Errorf("%d DMBs registered after the second sweep, want the 10 reused since", got)
+	}
+	g.SweepIdle()
+	if got := registered(); got != 0 {
+		t.Errorf("%d DMBs registered after the third sweep, want 0", got)
+	}
+}
+
+// TestIdleSweepTimer: the sweep runs on its own while buffers are idle and releases them.
+func TestIdleSweepTimer(t *testing.T) {
+	devA, devB := openDevice(t, ism.Config{}), openDevice(t, ism.Config{})
+	tA := smcd.NewGroups(devA)
+	swept := make(chan int, 16)
+	base := devA.Stats().DMBsRegistered
+	tA.SetIdleSweep(time.Millisecond, func(*smcd.LinkGroup) { swept <- devA.Stats().DMBsRegistered - base })
+	g, err := tA.Create(devB.GID(), smcd.RoleClient, [4]byte{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Terminate(false) })
+	g.PutDMB(getDMB(t, g, ism.MinDMBSize), true)
+	// The first sweep keeps it (idle for less than a period), the second releases it.
+	for i, want := range []int{1, 0} {
+		select {
+		case got := <-swept:
+			if got != want {
+				t.Fatalf("sweep %d: %d DMBs registered, want %d", i+1, got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no idle sweep %d within 10s", i+1)
 		}
-		base := p.devA.Stats().DMBsRegistered
-		for _, m := range dmbs {
-			p.gA.PutDMB(m, peerDone)
-		}
-		// 64 kept, idle or lingering; the rest unregistered.
-		if got := p.devA.Stats().DMBsRegistered; got != base-2 {
-			t.Errorf("peerDone=%v: %d DMBs registered after returning %d, want %d", peerDone, got, n, base-2)
-		}
-		if !peerDone {
-			break
-		}
-		// Take the idle ones back out, so the second round starts from the same place.
-		before := smcd.Stats()
-		for range 64 {
-			getDMB(t, p.gA, ism.MinDMBSize)
-		}
-		expectDelta(t, "taking the idle DMBs back", before, smcd.BufferStats{RMBReuse: 64})
 	}
 }
 

@@ -1,0 +1,20 @@
+package smcd
+
+import "time"
+
+// SweepIdle runs one idle sweep of g now, in place of its timer's next one.
+func (g *LinkGroup) SweepIdle() {
+	g.mu.Lock()
+	if g.sweep != nil {
+		g.sweep.Stop()
+		g.sweep = nil
+	}
+	g.mu.Unlock()
+	g.sweepIdle()
+}
+
+// SetIdleSweep makes t's groups sweep every d and call swept after each sweep (with the
+// group's lock held). Call it before any buffer of t's groups goes idle.
+func (t *Groups) SetIdleSweep(d time.Duration, swept func(*LinkGroup)) {
+	t.sweepEvery, t.swept = d, swept
+}
