@@ -26,6 +26,7 @@ type link interface {
 	PublishCons(w uint64, wake uint64)
 	Announce(bit uint64)
 	Retract(bit uint64)
+	Sleeping(bit uint64) bool
 	Wait(bit uint64) error
 	SetDeadline(bit uint64, t time.Time) error
 	WakeLocal()
@@ -115,8 +116,20 @@ type Conn struct {
 	monitorDone        chan struct{} // !watched: closed when the monitor returns
 }
 
-// deadline stores a deadline as Unix nanoseconds (0 = none) for lock-free checks.
-type deadline struct{ ns atomic.Int64 }
+// deadline stores a deadline as Unix nanoseconds (0 = none) for lock-free checks. It
+// reaches the doorbell only when a wait sleeps on it (applyDeadline): a connection whose
+// reads and writes never sleep never arms a timer.
+type deadline struct {
+	ns atomic.Int64
+	mu sync.Mutex // serialises applying it to the doorbell
+}
+
+func (d *deadline) time() time.Time {
+	if ns := d.ns.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
 
 func (d *deadline) set(t time.Time) {
 	if t.IsZero() {
@@ -189,7 +202,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 		return c.opError("set", net.ErrClosed)
 	}
 	c.readDeadline.set(t)
-	return c.link.SetDeadline(smcd.WakeReader, t)
+	return c.deadlineSet(smcd.WakeReader, &c.readDeadline)
 }
 
 // SetWriteDeadline sets the deadline for Write calls, including one already blocked.
@@ -201,7 +214,27 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 		return c.opError("set", net.ErrClosed)
 	}
 	c.writeDeadline.set(t)
-	return c.link.SetDeadline(smcd.WakeWriter, t)
+	return c.deadlineSet(smcd.WakeWriter, &c.writeDeadline)
+}
+
+// deadlineSet follows a new deadline: a wait sleeping now gets it at once; later waits
+// apply it before they sleep. (The setter stores the deadline before it looks for a
+// sleeper, and the waiter announces its sleep before it applies the deadline, so one of
+// them applies the new one.)
+func (c *Conn) deadlineSet(bit uint64, dl *deadline) error {
+	if !c.link.Sleeping(bit) {
+		return nil
+	}
+	return c.applyDeadline(bit, dl)
+}
+
+// applyDeadline sets the doorbell's deadline to dl's current value (a no-op if the
+// doorbell has it already, which is the common case). A reused DMB's doorbell may still
+// carry the deadline of an earlier connection: the first sleep replaces it.
+func (c *Conn) applyDeadline(bit uint64, dl *deadline) error {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return c.link.SetDeadline(bit, dl.time())
 }
 
 func (c *Conn) opError(op string, err error) error {

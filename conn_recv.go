@@ -233,6 +233,8 @@ func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
 		c.link.Retract(bit)
 		return nil
 	}
+	// An error here (the connection closing) is Wait's to report.
+	_ = c.applyDeadline(bit, dl)
 	err := c.link.Wait(bit)
 	c.link.Retract(bit)
 	if err != nil {

@@ -3,6 +3,7 @@ package smcloop
 import (
 	"io"
 	"os"
+	"time"
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/internal/sockopt"
@@ -428,6 +429,8 @@ func (c *Conn) flushHeld() {
 		}
 		c.link.Announce(smcd.WakeWriter)
 		if c.link.LoadPeerCons() == seen && !c.closed.Load() && !c.wantSpace.Load() {
+			// The doorbell is ours (spaceTok): no write deadline applies to the flusher.
+			_ = c.link.SetDeadline(smcd.WakeWriter, time.Time{})
 			c.link.Wait(smcd.WakeWriter)
 		}
 		c.link.Retract(smcd.WakeWriter)

@@ -52,6 +52,9 @@ type Doorbell struct {
 	tryFn  func(fd uintptr)
 	tryOK  bool
 	tryBuf [8]byte
+
+	dlMu sync.Mutex
+	dl   time.Time // the deadline set on the file
 }
 
 // NewDoorbell creates an eventfd with EFD_NONBLOCK|EFD_CLOEXEC and a counter
@@ -193,16 +196,26 @@ func (d *Doorbell) TryConsume() bool {
 }
 
 // SetDeadline sets the deadline for Wait. A zero t means no deadline. It may
-// be called while a Wait is blocked, and takes effect at once.
+// be called while a Wait is blocked, and takes effect at once. Setting the
+// deadline the doorbell has already costs nothing.
 func (d *Doorbell) SetDeadline(t time.Time) error {
 	if d.closed.Load() {
 		return errClosed
 	}
-	err := d.file.SetReadDeadline(t)
-	if err != nil && d.closed.Load() {
-		return errClosed
+	d.dlMu.Lock()
+	defer d.dlMu.Unlock()
+	if t.Equal(d.dl) {
+		return nil
 	}
-	return err
+	err := d.file.SetReadDeadline(t)
+	if err != nil {
+		if d.closed.Load() {
+			return errClosed
+		}
+		return err
+	}
+	d.dl = t
+	return nil
 }
 
 // Fd returns the eventfd, for sending to a peer with [SendFds]. It stays

@@ -176,6 +176,10 @@ func (l *Link) Announce(bit uint64) {
 	l.rxA.AddWake(bit | cdc.WakeEpoch)
 }
 
+// Sleeping reports whether the local reader (WakeReader) or writer (WakeWriter) has
+// announced a sleep and not yet retracted it.
+func (l *Link) Sleeping(bit uint64) bool { return l.sleeping.Load()&bit != 0 }
+
 // Retract withdraws an announcement.
 func (l *Link) Retract(bit uint64) {
 	l.rxA.AndWake(^bit)
