@@ -108,12 +108,13 @@ type Conn struct {
 
 	readDeadline, writeDeadline deadline
 
-	// Liveness watch (liveness.go).
-	watched            bool // by the process's watcher; else by a monitor goroutine
+	// Liveness watch (liveness.go), started by the first wait that sleeps.
+	watchStarted       atomic.Bool   // the watch was started (or Close came first)
+	watchMu            sync.Mutex    // guards the fields below
+	watched            bool          // by the process's watcher
+	monitorDone        chan struct{} // by a monitor goroutine: closed when it returns
 	watchIdx, watchGen uint32
-	watchMu            sync.Mutex
-	unwatched          bool          // the watch is over (event handled, or Close); watchMu
-	monitorDone        chan struct{} // !watched: closed when the monitor returns
+	unwatched          bool // the watch is over (event handled, or Close)
 }
 
 // deadline stores a deadline as Unix nanoseconds (0 = none) for lock-free checks. It

@@ -233,6 +233,7 @@ func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
 		c.link.Retract(bit)
 		return nil
 	}
+	c.ensureWatched()
 	// An error here (the connection closing) is Wait's to report.
 	_ = c.applyDeadline(bit, dl)
 	err := c.link.Wait(bit)

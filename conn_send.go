@@ -429,6 +429,7 @@ func (c *Conn) flushHeld() {
 		}
 		c.link.Announce(smcd.WakeWriter)
 		if c.link.LoadPeerCons() == seen && !c.closed.Load() && !c.wantSpace.Load() {
+			c.ensureWatched()
 			// The doorbell is ours (spaceTok): no write deadline applies to the flusher.
 			_ = c.link.SetDeadline(smcd.WakeWriter, time.Time{})
 			c.link.Wait(smcd.WakeWriter)

@@ -203,7 +203,6 @@ func (h *handshake) established() (*Conn, error) {
 		closing:     make(chan struct{}),
 		flusherDone: make(chan struct{}),
 	}
-	c.watch()
 	if n := len(h.tcp.pending); n > 0 {
 		// The peer sent more after its last CLC message: nothing may follow it on TCP.
 		c.abort(fmt.Errorf("%d unexpected bytes on the CLC socket of an established SMC connection", n))

@@ -18,8 +18,8 @@ import (
 // all SMC connections at once: each connection's TCP socket is added to one epoll
 // instance of the watcher's (edge-triggered, EPOLLIN|EPOLLRDHUP), and one goroutine
 // waits for that instance through Go's poller, as it would wait for a socket. A
-// connection costs one epoll_ctl to watch and nothing to unwatch: closing its socket
-// takes it out of the epoll instance. A goroutine parked in a Read of each TCP
+// connection is added by its first wait that sleeps (ensureWatched): one epoll_ctl, and
+// nothing to unwatch, since closing its socket takes it out of the epoll instance. A goroutine parked in a Read of each TCP
 // connection, the other way to learn of the close, costs a goroutine, two reads and a
 // wake-up per connection.
 //
@@ -71,7 +71,7 @@ func (w *watcher) start() error {
 	return w.err
 }
 
-// add watches c's TCP socket. The caller has not shared c yet.
+// add watches c's TCP socket. The caller holds c.watchMu, which an event for c waits for.
 func (w *watcher) add(c *Conn) error {
 	if err := w.start(); err != nil {
 		return err
@@ -209,8 +209,22 @@ func (w *watcher) handle(i, gen, events uint32) {
 // monitorOnly makes every connection use a monitor goroutine (for tests of that path).
 var monitorOnly bool
 
-// watch puts an established SMC connection under the liveness watch.
-func (c *Conn) watch() {
+// ensureWatched puts the connection under the liveness watch if it is not yet. A wait
+// calls it before it sleeps, after announcing the sleep: the watch matters only to a
+// wait that sleeps (one that does not sees the peer's close flags in shared memory), so
+// a connection whose operations never sleep, like many short-lived ones, costs the
+// watcher nothing. A socket whose end came before the watch reports it as soon as it is
+// added (epoll reports the state a file is in when it is added), and a sleeper has
+// announced itself, so WakeLocal rings it.
+func (c *Conn) ensureWatched() {
+	if c.watchStarted.Load() {
+		return
+	}
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	if c.watchStarted.Swap(true) || c.unwatched {
+		return // started meanwhile, or Close came first
+	}
 	if !monitorOnly && liveness.add(c) == nil {
 		c.watched = true
 		return
@@ -223,16 +237,16 @@ func (c *Conn) watch() {
 // before the connection's buffers are released: no event is being handled for the
 // connection when it returns, and none will be.
 func (c *Conn) unwatch() {
-	if !c.watched {
-		<-c.monitorDone // closing the TCP connection ended the monitor's Read
-		return
-	}
 	c.watchMu.Lock()
 	done := c.unwatched
 	c.unwatched = true
+	watched, monitorDone := c.watched, c.monitorDone
 	c.watchMu.Unlock()
-	if !done {
+	switch {
+	case watched && !done:
 		liveness.release(c.watchIdx, c.watchGen)
+	case monitorDone != nil:
+		<-monitorDone // closing the TCP connection ended the monitor's Read
 	}
 }
 
