@@ -75,14 +75,10 @@ type Conn struct {
 	wrClosed atomic.Bool   // CloseWrite done
 	txSpin   spinner
 
-	// The writer's doorbell has one waiter at a time: a Write waiting for space, or the
-	// flusher waiting to publish autocorked bytes. spaceTok is that right.
-	spaceTok       chan struct{}
-	wantSpace      atomic.Bool   // a Write waits for the flusher to hand the doorbell over
-	kick           chan struct{} // wakes the flusher
-	closing        chan struct{} // closed by Close
-	flusherStarted bool          // writeMu
-	flusherDone    chan struct{}
+	// The autocork flusher, started by the first autocorked write (writeMu; nil until
+	// then, so that connections that never autocork allocate none of it).
+	fl        *flusherState
+	wantSpace atomic.Bool // a Write waits for the flusher to hand the doorbell over
 
 	// Counters (the kernel's smc_stats where it has one).
 	rxBytes, rxCalls, txBytes, txCalls               atomic.Uint64
@@ -115,6 +111,16 @@ type Conn struct {
 	monitorDone        chan struct{} // by a monitor goroutine: closed when it returns
 	watchIdx, watchGen uint32
 	unwatched          bool // the watch is over (event handled, or Close)
+}
+
+// flusherState is the autocork flusher's: while it exists, the writer's doorbell has one
+// waiter at a time, a Write waiting for space or the flusher waiting to publish
+// autocorked bytes, and spaceTok is that right.
+type flusherState struct {
+	spaceTok chan struct{}
+	kick     chan struct{} // wakes the flusher
+	closing  chan struct{} // closed by Close
+	done     chan struct{} // closed when the flusher returns
 }
 
 // deadline stores a deadline as Unix nanoseconds (0 = none) for lock-free checks. It

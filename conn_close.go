@@ -209,13 +209,13 @@ func (c *Conn) Close() error {
 		}
 		return c.tcp.Close()
 	}
-	close(c.closing)
 	c.link.WakeLocal()
 	c.writeMu.Lock() // a Write still running may start the flusher; none can after this
-	started := c.flusherStarted
+	fl := c.fl
 	c.writeMu.Unlock()
-	if started {
-		<-c.flusherDone
+	if fl != nil {
+		close(fl.closing) // a flusher asleep was rung by WakeLocal: it checks closed before it sleeps
+		<-fl.done
 	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()

@@ -221,9 +221,11 @@ func (c *Conn) waitSpace() (int, error) {
 		}
 		c.pushLocked() // rule 2: a full send space goes out
 		c.setWriteBlocked(true)
-		c.takeSpaceBell()
+		took := c.takeSpaceBell()
 		err = c.waitFor(smcd.WakeWriter, c.txReady, &c.writeDeadline)
-		<-c.spaceTok
+		if took {
+			<-c.fl.spaceTok
+		}
 		if err != nil {
 			return 0, c.opError("write", err)
 		}
@@ -235,17 +237,22 @@ func (c *Conn) waitSpace() (int, error) {
 
 // takeSpaceBell makes this Write the writer doorbell's only waiter. If the flusher is
 // waiting on it, ring it locally: the flusher wakes, hands the doorbell over and leaves
-// the publishing to this Write. writeMu is held.
-func (c *Conn) takeSpaceBell() {
+// the publishing to this Write. It reports whether it took spaceTok (there is a
+// flusher), which the Write gives back after its wait. writeMu is held.
+func (c *Conn) takeSpaceBell() bool {
+	if c.fl == nil {
+		return false // no flusher: the Write is the only waiter there can be
+	}
 	select {
-	case c.spaceTok <- struct{}{}:
-		return
+	case c.fl.spaceTok <- struct{}{}:
+		return true
 	default:
 	}
 	c.wantSpace.Store(true)
 	c.link.WakeLocal()
-	c.spaceTok <- struct{}{}
+	c.fl.spaceTok <- struct{}{}
 	c.wantSpace.Store(false)
+	return true
 }
 
 // refreshTx validates the peer's consumer cursor (it may only advance over bytes we
@@ -379,31 +386,36 @@ func (c *Conn) txReady() bool {
 // waits for the peer's consumption and publishes, like the kernel's push from the CDC
 // completion. writeMu is held.
 func (c *Conn) armFlusher() {
-	if !c.flusherStarted {
-		c.flusherStarted = true
-		go c.flusher()
+	if c.fl == nil {
+		c.fl = &flusherState{
+			spaceTok: make(chan struct{}, 1),
+			kick:     make(chan struct{}, 1),
+			closing:  make(chan struct{}),
+			done:     make(chan struct{}),
+		}
+		go c.flusher(c.fl)
 	}
 	select {
-	case c.kick <- struct{}{}:
+	case c.fl.kick <- struct{}{}:
 	default:
 	}
 }
 
 // flusher publishes autocorked bytes when the peer catches up. It owns the writer's
 // doorbell only while no Write needs it (spaceTok).
-func (c *Conn) flusher() {
-	defer close(c.flusherDone)
+func (c *Conn) flusher(fl *flusherState) {
+	defer close(fl.done)
 	for {
 		select {
-		case <-c.kick:
-		case <-c.closing:
+		case <-fl.kick:
+		case <-fl.closing:
 			return
 		}
-		c.flushHeld()
+		c.flushHeld(fl)
 	}
 }
 
-func (c *Conn) flushHeld() {
+func (c *Conn) flushHeld(fl *flusherState) {
 	for {
 		c.writeMu.Lock()
 		if c.stopErr() != nil || c.corked || c.moreHeld || cdc.Diff(c.txSize, c.txProd, c.txPrep) == 0 {
@@ -423,7 +435,7 @@ func (c *Conn) flushHeld() {
 		c.writeMu.Unlock()
 
 		select {
-		case c.spaceTok <- struct{}{}:
+		case fl.spaceTok <- struct{}{}:
 		default:
 			return // a Write waits for space; it publishes everything when it wakes
 		}
@@ -435,6 +447,6 @@ func (c *Conn) flushHeld() {
 			c.link.Wait(smcd.WakeWriter)
 		}
 		c.link.Retract(smcd.WakeWriter)
-		<-c.spaceTok
+		<-fl.spaceTok
 	}
 }

@@ -197,11 +197,7 @@ func (h *handshake) established() (*Conn, error) {
 		state:  StateActive,
 		rxSize: h.dmb.Size() - cdc.AreaSize, txSize: h.peerSize - cdc.AreaSize,
 		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
-		server:      h.side == "server",
-		spaceTok:    make(chan struct{}, 1),
-		kick:        make(chan struct{}, 1),
-		closing:     make(chan struct{}),
-		flusherDone: make(chan struct{}),
+		server: h.side == "server",
 	}
 	if n := len(h.tcp.pending); n > 0 {
 		// The peer sent more after its last CLC message: nothing may follow it on TCP.
