@@ -155,3 +155,42 @@ func TestListenerCloseAbortsHandshakes(t *testing.T) {
 		}
 	}
 }
+
+// TestHandshakeWorkersComeAndGo: handshake workers run only while handshakes wait, never
+// more than HandshakeWorkers at once, and end when the queue is empty.
+func TestHandshakeWorkersComeAndGo(t *testing.T) {
+	const workers, clients = 4, 10
+	off := false
+	lc := ListenConfig{Config: Config{HandshakeTimeout: time.Hour}, HandshakeWorkers: workers, LimitHandshake: &off}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	running := func() int { return workers - len(ln.idle) }
+	if n := running(); n != 0 {
+		t.Fatalf("%d workers run on an idle listener", n)
+	}
+	// Clients that announce CLC and never send their proposal hold their handshakes.
+	stalled := make([]net.Conn, clients)
+	for i := range stalled {
+		stalled[i] = registeredClient(t, ln.Addr().String())
+	}
+	waitFor(t, func() bool { return ln.Stats().HandshakingNow == clients })
+	if n := running(); n != workers {
+		t.Fatalf("%d workers run with %d handshakes waiting, want %d", n, clients, workers)
+	}
+	for _, c := range stalled {
+		c.Close() // each handshake fails; the workers go through the queue
+	}
+	waitFor(t, func() bool { return ln.Stats().HandshakeErrs == clients })
+	waitFor(t, func() bool { return running() == 0 })
+
+	// A new client gets a worker again.
+	a, b := dialAccept(t, ln, Config{})
+	if !a.UsingSMC() {
+		t.Fatalf("client after the burst: %s", a.Mode())
+	}
+	exchange(t, a, b)
+	waitFor(t, func() bool { return running() == 0 })
+}

@@ -17,12 +17,15 @@ import (
 const (
 	// DefaultBacklog bounds connections that are in their handshake or handshaken but
 	// not yet accepted, like listen()'s backlog (the kernel's SOMAXCONN is 4096; smcloop
-	// keeps a smaller default because each pending SMC connection holds DMBs).
-	DefaultBacklog = 512
-	// DefaultHandshakeWorkers bounds concurrent CLC handshakes per listener (the
-	// kernel's smc_hs_wq); handshakes beyond it wait in the backlog, and the listener
-	// counts as congested.
-	DefaultHandshakeWorkers = 64
+	// keeps a smaller default because each pending SMC connection holds DMBs). It is
+	// four times the handshake workers, so that a full set of stalled handshakes leaves
+	// room for the connections that do not need a worker.
+	DefaultBacklog = 1024
+	// DefaultHandshakeWorkers bounds concurrent CLC handshakes per listener, as the
+	// kernel's smc_hs_wq bounds its work items (max_active 0: WQ_DFL_ACTIVE, 256);
+	// handshakes beyond it wait in the backlog, and the listener counts as congested.
+	// Workers are goroutines started while handshakes wait and ended when none do.
+	DefaultHandshakeWorkers = 256
 )
 
 // ListenConfig configures a Listener.
@@ -98,6 +101,9 @@ type Listener struct {
 
 	handshaking atomic.Int64 // queued + running handshakes (for Stats)
 
+	// Workers run while handshakes wait: one per free index in idle, which starts with
+	// all of them; a worker's index is also its inflight slot.
+	idle     chan int
 	inflight []atomic.Pointer[net.Conn] // per worker: the connection in its handshake
 	shut     atomic.Bool                // set by shutdown before it aborts handshakes
 
@@ -178,12 +184,13 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		tcp.Close()
 		return fail(fmt.Errorf("smcloop: advertising SMC capability for %v: %w", ta, err))
 	}
-	l.wg.Add(1 + workers)
-	go l.acceptLoop()
 	l.inflight = make([]atomic.Pointer[net.Conn], workers)
+	l.idle = make(chan int, workers)
 	for i := range workers {
-		go l.worker(i)
+		l.idle <- i
 	}
+	l.wg.Add(1)
+	go l.acceptLoop()
 	return l, nil
 }
 
@@ -230,6 +237,19 @@ func (l *Listener) acceptLoop() {
 		}
 		l.hsStarted(start)
 		l.jobs <- hsJob{tcp, start} // never blocks: jobs has the backlog's capacity
+		l.startWorker()
+	}
+}
+
+// startWorker starts a handshake worker if fewer than the limit run. A job queued
+// while all of them run is taken by one of them: a worker that finds the queue empty
+// gives its index back and then looks at the queue again.
+func (l *Listener) startWorker() {
+	select {
+	case i := <-l.idle:
+		l.wg.Add(1)
+		go l.worker(i)
+	default:
 	}
 }
 
@@ -327,16 +347,28 @@ func (l *Listener) retryLimit() {
 	l.sigMu.Unlock()
 }
 
-// worker runs handshakes. While one runs, its TCP connection is in the worker's
-// inflight slot, where Close finds it to abort the handshake.
+// worker runs handshakes while any wait, then ends. While one runs, its TCP connection
+// is in the worker's inflight slot, where Close finds it to abort the handshake.
 func (l *Listener) worker(i int) {
 	defer l.wg.Done()
 	for {
 		select {
 		case j := <-l.jobs:
 			l.hsFinished(j.start, l.handshake(j.tcp, &l.inflight[i]))
+			continue
 		case <-l.closed:
 			return
+		default:
+		}
+		l.idle <- i // never blocks: only this worker holds index i
+		if len(l.jobs) == 0 {
+			return
+		}
+		// A job came after we looked, maybe while no index was free for a new worker.
+		select {
+		case i = <-l.idle:
+		default:
+			return // another worker, or a new one, takes it
 		}
 	}
 }

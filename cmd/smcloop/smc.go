@@ -17,11 +17,11 @@ func init() {
 }
 
 // slowHandshake is the server handshake delay of the -slowhs transports (fault
-// injection, as on a loaded host). With the default 64 handshake workers it caps
-// handshakes at 64 per slowHandshake, 3,200 a second, below what loopback TCP manages on
-// a small machine, so at the bench's default concurrency of 256 the handshakes congest
-// and the difference handshake limitation makes shows.
-const slowHandshake = 20 * time.Millisecond
+// injection, as on a loaded host). With the default 256 handshake workers it caps
+// handshakes at 256 per slowHandshake, 3,200 a second, below what loopback TCP manages on
+// a small machine, so that handshakes congest and the difference handshake limitation
+// makes shows.
+const slowHandshake = 80 * time.Millisecond
 
 // maxDMB is SMC-D's largest buffer (DMB), 1 MiB.
 const maxDMB = 1 << 20
