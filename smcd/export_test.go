@@ -13,8 +13,8 @@ func (g *LinkGroup) SweepIdle() {
 	g.sweepIdle()
 }
 
-// SetIdleSweep makes t's groups sweep every d and call swept after each sweep (with the
-// group's lock held). Call it before any buffer of t's groups goes idle.
+// SetIdleSweep makes t's groups sweep every d and call swept after each sweep. Call it
+// before any buffer of t's groups goes idle.
 func (t *Groups) SetIdleSweep(d time.Duration, swept func(*LinkGroup)) {
 	t.sweepEvery, t.swept = d, swept
 }

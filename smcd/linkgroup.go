@@ -277,34 +277,35 @@ func (g *LinkGroup) armSweepLocked() {
 }
 
 // sweepIdle releases the buffers that stayed idle since the sweep before this one, and
-// comes back while anything is idle.
+// comes back while anything is idle. The buffers are released after the lock is dropped:
+// unmapping hundreds of them must not hold up the group's connections.
 func (g *LinkGroup) sweepIdle() {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.sweep = nil
 	if g.dead {
+		g.mu.Unlock()
 		return
 	}
 	g.gen++
-	g.releaseIdleLocked(g.gen-1, true)
+	local, remote := g.takeIdleLocked(g.gen-1, true)
 	if g.idleRem > 0 || len(g.lingering) > 0 || g.idleLocal() > 0 {
 		g.armSweepLocked()
 	}
+	g.mu.Unlock()
+	g.release(local, remote)
 	if g.table.swept != nil {
 		g.table.swept(g)
 	}
 }
 
-// releaseIdleLocked releases the idle local DMBs, and with remotes the idle peer
-// mappings, that went idle before generation before, and reports how many local DMBs it
-// unregistered.
-func (g *LinkGroup) releaseIdleLocked(before uint64, remotes bool) (unregistered int) {
+// takeIdleLocked removes from the group the idle local DMBs, and with remotes the idle
+// peer mappings, that went idle before generation before, for the caller to release.
+func (g *LinkGroup) takeIdleLocked(before uint64, remotes bool) (local []*ism.DMB, remote []*ism.RemoteDMB) {
 	drop := func(list []idleDMB) []idleDMB {
 		kept := list[:0]
 		for _, e := range list {
 			if e.gen < before {
-				g.dev.UnregisterDMB(e.m)
-				unregistered++
+				local = append(local, e.m)
 			} else {
 				kept = append(kept, e)
 			}
@@ -316,17 +317,27 @@ func (g *LinkGroup) releaseIdleLocked(before uint64, remotes bool) (unregistered
 		g.free[size] = drop(list)
 	}
 	g.lingering = drop(g.lingering)
-	freed := unregistered
-	for t, e := range g.remotes {
-		if remotes && !e.inUse && e.gen < before {
-			e.r.Detach()
-			delete(g.remotes, t)
-			g.idleRem--
-			freed++
+	if remotes {
+		for t, e := range g.remotes {
+			if !e.inUse && e.gen < before {
+				remote = append(remote, e.r)
+				delete(g.remotes, t)
+				g.idleRem--
+			}
 		}
 	}
-	bufStats.idleFreed.Add(uint64(freed))
-	return unregistered
+	return local, remote
+}
+
+// release unregisters and unmaps buffers taken out of the group.
+func (g *LinkGroup) release(local []*ism.DMB, remote []*ism.RemoteDMB) {
+	for _, m := range local {
+		g.dev.UnregisterDMB(m)
+	}
+	for _, r := range remote {
+		r.Detach()
+	}
+	bufStats.idleFreed.Add(uint64(len(local) + len(remote)))
 }
 
 func (g *LinkGroup) idleLocal() int {
@@ -402,7 +413,7 @@ type Groups struct {
 	groups map[groupKey]*LinkGroup
 
 	sweepEvery time.Duration    // IdleSweep; tests shorten it
-	swept      func(*LinkGroup) // test hook: called after each idle sweep, g.mu held
+	swept      func(*LinkGroup) // test hook: called after each idle sweep
 }
 
 type groupKey struct {
@@ -518,10 +529,13 @@ func (t *Groups) releaseIdle() int {
 	n := 0
 	for _, g := range groups {
 		g.mu.Lock()
+		var local []*ism.DMB
 		if !g.dead {
-			n += g.releaseIdleLocked(math.MaxUint64, false)
+			local, _ = g.takeIdleLocked(math.MaxUint64, false)
 		}
 		g.mu.Unlock()
+		g.release(local, nil)
+		n += len(local)
 	}
 	return n
 }
