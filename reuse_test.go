@@ -6,17 +6,18 @@ import (
 	"testing"
 
 	"github.com/smcloop/smcloop/shm"
+	"github.com/smcloop/smcloop/smcd"
 )
 
-// TestSteadyConnectionsReuseBuffers: a steady stream of connections between the same two
-// devices allocates no DMB and attaches no peer DMB after the first (no memfd_create,
-// mmap or fd passing per connection), and leaks no fd or mapping.
-func TestSteadyConnectionsReuseBuffers(t *testing.T) {
+// echoServer listens and echoes each connection until its client's CloseWrite, then closes
+// it and reports on served.
+func echoServer(t *testing.T) (*Listener, <-chan struct{}) {
+	t.Helper()
 	ln, err := Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	served := make(chan struct{})
 	go func() {
 		for {
@@ -27,6 +28,14 @@ func TestSteadyConnectionsReuseBuffers(t *testing.T) {
 			go func() { io.Copy(c, c); c.Close(); served <- struct{}{} }()
 		}
 	}()
+	return ln, served
+}
+
+// TestSteadyConnectionsReuseBuffers: a steady stream of connections between the same two
+// devices allocates no DMB and attaches no peer DMB after the first (no memfd_create,
+// mmap or fd passing per connection), and leaks no fd or mapping.
+func TestSteadyConnectionsReuseBuffers(t *testing.T) {
+	ln, served := echoServer(t)
 	one := func() {
 		c, err := Dial("tcp", ln.Addr().String())
 		if err != nil {
@@ -57,17 +66,7 @@ func TestSteadyConnectionsReuseBuffers(t *testing.T) {
 	for range n {
 		one()
 	}
-	got := ProcessStatistics().Buffers
-	if got.RMBAlloc != base.RMBAlloc || got.PeerAttach != base.PeerAttach {
-		t.Fatalf("allocations grew over %d connections: RMB %d -> %d, attaches %d -> %d",
-			n, base.RMBAlloc, got.RMBAlloc, base.PeerAttach, got.PeerAttach)
-	}
-	if reused := got.RMBReuse - base.RMBReuse; reused != 2*n {
-		t.Fatalf("%d DMB reuses over %d connections, want %d (client and server side)", reused, n, 2*n)
-	}
-	if reused := got.PeerReuse - base.PeerReuse; reused != 2*n {
-		t.Fatalf("%d peer mapping reuses, want %d", reused, 2*n)
-	}
+	expectOnlyReuse(t, base, n)
 	fds2, _ := shm.OpenFDs()
 	maps2, _ := shm.CountMappings("smcloop-dmb")
 	if fds2 > fds+2 || maps2 != maps {
@@ -79,21 +78,7 @@ func TestSteadyConnectionsReuseBuffers(t *testing.T) {
 // would hold) reuse the buffers of the burst before: after the first burst no DMB is
 // registered and no peer DMB attached.
 func TestBurstsReuseBuffers(t *testing.T) {
-	ln, err := Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	served := make(chan struct{})
-	go func() {
-		for {
-			c, err := ln.AcceptSMC()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close(); served <- struct{}{} }()
-		}
-	}()
+	ln, served := echoServer(t)
 	const width = 200
 	burst := func() {
 		conns := make([]*Conn, width)
@@ -129,15 +114,23 @@ func TestBurstsReuseBuffers(t *testing.T) {
 	for range bursts {
 		burst()
 	}
+	expectOnlyReuse(t, base, bursts*width)
+}
+
+// expectOnlyReuse fails the test unless the n connections since base, each with both
+// sides in this process, registered no DMB and attached no peer DMB, and reused a DMB and
+// a peer mapping on each side.
+func expectOnlyReuse(t *testing.T, base smcd.BufferStats, n int) {
+	t.Helper()
 	got := ProcessStatistics().Buffers
 	if got.RMBAlloc != base.RMBAlloc || got.PeerAttach != base.PeerAttach {
-		t.Fatalf("allocations grew over %d bursts of %d connections: RMB %d -> %d, attaches %d -> %d",
-			bursts, width, base.RMBAlloc, got.RMBAlloc, base.PeerAttach, got.PeerAttach)
+		t.Fatalf("allocations grew over %d connections: RMB %d -> %d, attaches %d -> %d",
+			n, base.RMBAlloc, got.RMBAlloc, base.PeerAttach, got.PeerAttach)
 	}
-	if reused := got.RMBReuse - base.RMBReuse; reused != 2*bursts*width {
-		t.Fatalf("%d DMB reuses, want %d (client and server side)", reused, 2*bursts*width)
+	if reused := got.RMBReuse - base.RMBReuse; reused != uint64(2*n) {
+		t.Fatalf("%d DMB reuses over %d connections, want %d (client and server side)", reused, n, 2*n)
 	}
-	if reused := got.PeerReuse - base.PeerReuse; reused != 2*bursts*width {
-		t.Fatalf("%d peer mapping reuses, want %d", reused, 2*bursts*width)
+	if reused := got.PeerReuse - base.PeerReuse; reused != uint64(2*n) {
+		t.Fatalf("%d peer mapping reuses, want %d", reused, 2*n)
 	}
 }
