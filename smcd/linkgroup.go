@@ -108,8 +108,14 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 		g.mu.Unlock()
 		return nil, false, errLinkGroupDead
 	}
-	g.reapLingeringLocked()
-	if m := g.takeFreeLocked(size); m != nil {
+	m := g.takeFreeLocked(size)
+	if m == nil {
+		// Lingering DMBs are looked at only when no idle one is at hand: each look reads
+		// a CDC area the peer wrote last, from another CPU.
+		g.reapLingeringLocked()
+		m = g.takeFreeLocked(size)
+	}
+	if m != nil {
 		g.mu.Unlock()
 		bufStats.rmbReuse.Add(1)
 		resetDMB(m)
