@@ -19,9 +19,9 @@ import (
 // instance of the watcher's (edge-triggered, EPOLLIN|EPOLLRDHUP), and one goroutine
 // waits for that instance through Go's poller, as it would wait for a socket. A
 // connection is added by its first wait that sleeps (ensureWatched): one epoll_ctl, and
-// nothing to unwatch, since closing its socket takes it out of the epoll instance. A goroutine parked in a Read of each TCP
-// connection, the other way to learn of the close, costs a goroutine, two reads and a
-// wake-up per connection.
+// nothing to unwatch, since closing its socket takes it out of the epoll instance. A
+// goroutine parked in a Read of each TCP connection, the other way to learn of the
+// close, costs a goroutine, two reads and a wake-up per connection.
 //
 // If the watcher cannot run (no epoll, or a TCP connection that is not a socket), the
 // connection gets such a goroutine of its own (monitor).
