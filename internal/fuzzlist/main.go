@@ -1,5 +1,11 @@
-// Command fuzzlist prints every fuzz target of the module as package:FuncName, one per
-// line, for `make fuzz-smoke`.
+// Command fuzzlist prints every fuzz target of the module as package:FuncName:inputs, one
+// per line, for `make fuzz-smoke`: inputs is the target's smoke budget, a count for
+// `go test -fuzztime`.
+//
+// The budget is a count of inputs, not a duration: with a duration, Go 1.26's fuzzing
+// coordinator races its own deadline at shutdown on a loaded machine and fails a target
+// now and then with a bare "context deadline exceeded" and no failing input
+// (golang/go#75804, fixed in Go 1.27). A count has no deadline to race.
 package main
 
 import (
@@ -13,6 +19,17 @@ import (
 )
 
 var fuzzFunc = regexp.MustCompile(`^func (Fuzz\w+)\(\w+ \*testing\.F\)`)
+
+// defaultInputs is the smoke budget of a parser target: one to three seconds here.
+const defaultInputs = 100000
+
+// slowInputs are the budgets of targets that run real connections per input, sized for a
+// few seconds each here (about 60, 1,500 and 1,300 inputs a second).
+var slowInputs = map[string]int{
+	"FuzzServerHandshake": 300,
+	"FuzzPeerCDC":         5000,
+	"FuzzParseWire":       5000,
+}
 
 func main() {
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
@@ -33,7 +50,11 @@ func main() {
 		s := bufio.NewScanner(f)
 		for s.Scan() {
 			if m := fuzzFunc.FindStringSubmatch(s.Text()); m != nil {
-				fmt.Printf("./%s:%s\n", filepath.Dir(path), m[1])
+				n, ok := slowInputs[m[1]]
+				if !ok {
+					n = defaultInputs
+				}
+				fmt.Printf("./%s:%s:%d\n", filepath.Dir(path), m[1], n)
 			}
 		}
 		return s.Err()
