@@ -94,9 +94,7 @@ func TestConnEndToEnd(t *testing.T) {
 	if res.FailedConns() != 0 {
 		t.Errorf("FailedConns() = %d", res.FailedConns())
 	}
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectNoChildren(t)
 	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
 		t.Errorf("server temporary directory holds %v (%v), want nothing", ents, err)
 	}
@@ -167,9 +165,7 @@ func TestConnDetectsCorruption(t *testing.T) {
 			t.Errorf("report does not show the failures:\n%s", out)
 		}
 	})
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectNoChildren(t)
 }
 
 // TestConnModeAndListenerStats: the client's SMC/fallback split and the listener's
@@ -221,9 +217,7 @@ func TestConnModeAndListenerStats(t *testing.T) {
 	if _, err := Run(context.Background(), lat); err == nil || !strings.Contains(err.Error(), "connection fell back to TCP (TCP test fallback)") {
 		t.Errorf("ping-pong over a fallback: %v", err)
 	}
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectNoChildren(t)
 }
 
 // TestOverload runs the overload mode against plain TCP and an upgrading transport: the
@@ -276,9 +270,7 @@ func TestOverload(t *testing.T) {
 	if out := buf.String(); !strings.Contains(out, "OVERLOAD") || !strings.Contains(out, "Failed connections: none.") {
 		t.Errorf("overload report:\n%s", out)
 	}
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectNoChildren(t)
 }
 
 // TestConnTimeLimit: connections that cannot finish are cut off by the time limit and
@@ -307,9 +299,7 @@ func TestConnTimeLimit(t *testing.T) {
 	if res.FailedConns() != n {
 		t.Errorf("FailedConns() = %d, want %d", res.FailedConns(), n)
 	}
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectNoChildren(t)
 }
 
 // TestOverloadNeedsTCP: the overload mode dials plain TCP clients to the server, so a
@@ -322,9 +312,7 @@ func TestOverloadNeedsTCP(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "needs a server on a TCP address") {
 		t.Errorf("overload over unix: %v", err)
 	}
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectNoChildren(t)
 }
 
 func TestConnRejectsBadConfig(t *testing.T) {
@@ -357,19 +345,7 @@ func TestConnRejectsBadConfig(t *testing.T) {
 func TestConnStopsWhenCancelled(t *testing.T) {
 	cfg, _ := connTestConfig(t, 1000000, TCP())
 	cfg.Conn.Concurrency = 4
-	ctx, cancel := context.WithCancelCause(context.Background())
-	stop := errors.New("stop here")
-	time.AfterFunc(300*time.Millisecond, func() { cancel(stop) })
-	start := time.Now()
-	if _, err := Run(ctx, cfg); !errors.Is(err, stop) {
-		t.Fatalf("got %v, want %v", err, stop)
-	}
-	if el := time.Since(start); el > 10*time.Second {
-		t.Errorf("cancelling took %v", el)
-	}
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectCancelStops(t, cfg)
 }
 
 func TestConnProtocol(t *testing.T) {

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -102,9 +101,7 @@ func TestHTTPEndToEnd(t *testing.T) {
 	}
 
 	// The server children are reaped and removed their files.
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectNoChildren(t)
 	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
 		t.Errorf("server temporary directory holds %v (%v), want nothing", ents, err)
 	}
@@ -192,19 +189,7 @@ func TestHTTPRejectsBadConfig(t *testing.T) {
 func TestHTTPStopsWhenCancelled(t *testing.T) {
 	cfg, _ := httpTestConfig(t, "tcp")
 	cfg.Duration = time.Minute
-	ctx, cancel := context.WithCancelCause(context.Background())
-	stop := errors.New("stop here")
-	time.AfterFunc(300*time.Millisecond, func() { cancel(stop) })
-	start := time.Now()
-	if _, err := Run(ctx, cfg); !errors.Is(err, stop) {
-		t.Fatalf("got %v, want %v", err, stop)
-	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Errorf("Run took %v to stop", d)
-	}
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectCancelStops(t, cfg)
 }
 
 // TestSendStatsInMessageModes: stream and ping-pong sum the client's send-path counters.

@@ -84,9 +84,7 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 
 	// Every server child has been reaped and the unix sockets' directories removed.
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	expectNoChildren(t)
 	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
 		t.Errorf("server temporary directory holds %v (%v), want nothing", ents, err)
 	}
@@ -122,9 +120,7 @@ func TestRunDetectsCorruption(t *testing.T) {
 			case !tt.wantServer && (me.Message != flipMessage || me.Offset != flipByte):
 				t.Fatalf("client found message %d byte %d, want %d and %d", me.Message, me.Offset, flipMessage, flipByte)
 			}
-			if kids := childProcesses(t); len(kids) != 0 {
-				t.Errorf("child processes left: %v", kids)
-			}
+			expectNoChildren(t)
 		})
 	}
 }
@@ -179,6 +175,28 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	if _, err := Run(ctx, cfg); !errors.Is(err, stop) {
 		t.Fatalf("got %v, want %v", err, stop)
 	}
+	expectNoChildren(t)
+}
+
+// expectCancelStops runs cfg and cancels it 300ms in: Run must return the cancel cause
+// (within 20s, a hang guard) and leave no server process behind.
+func expectCancelStops(t *testing.T, cfg Config) {
+	t.Helper()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := errors.New("stop here")
+	time.AfterFunc(300*time.Millisecond, func() { cancel(stop) })
+	start := time.Now()
+	if _, err := Run(ctx, cfg); !errors.Is(err, stop) {
+		t.Fatalf("got %v, want %v", err, stop)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("Run took %v to stop", d)
+	}
+	expectNoChildren(t)
+}
+
+func expectNoChildren(t *testing.T) {
+	t.Helper()
 	if kids := childProcesses(t); len(kids) != 0 {
 		t.Errorf("child processes left: %v", kids)
 	}
