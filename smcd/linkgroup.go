@@ -73,7 +73,6 @@ type LinkGroup struct {
 	free      map[int][]idleDMB     // idle local DMBs by size, the peer done with them
 	lingering []idleDMB             // released by us; reusable once the peer's close flag arrives
 	remotes   map[uint64]*remoteDMB // peer DMBs by token
-	idleRem   int                   // remotes not in use
 	gen       uint64                // idle sweeps so far
 	sweep     *time.Timer           // next idle sweep, while anything is idle
 	table     *Groups
@@ -228,7 +227,6 @@ func (g *LinkGroup) Attach(token uint64, size int) (*ism.RemoteDMB, error) {
 	}
 	if e, ok := g.remotes[token]; ok && !e.inUse && e.r.Size() == size {
 		e.inUse = true
-		g.idleRem--
 		g.mu.Unlock()
 		bufStats.peerReuse.Add(1)
 		return e.r, nil
@@ -244,7 +242,6 @@ func (g *LinkGroup) Attach(token uint64, size int) (*ism.RemoteDMB, error) {
 	defer g.mu.Unlock()
 	if old, ok := g.remotes[token]; ok { // a stale mapping under a recycled token
 		if !old.inUse {
-			g.idleRem--
 			old.r.Detach()
 		}
 	}
@@ -271,7 +268,6 @@ func (g *LinkGroup) Release(r *ism.RemoteDMB) {
 		return
 	}
 	e.inUse, e.gen = false, g.gen
-	g.idleRem++
 	g.armSweepLocked()
 }
 
@@ -294,7 +290,7 @@ func (g *LinkGroup) sweepIdle() {
 	}
 	g.gen++
 	local, remote := g.takeIdleLocked(g.gen-1, true)
-	if g.idleRem > 0 || len(g.lingering) > 0 || g.idleLocal() > 0 {
+	if g.anyIdleLocked() {
 		g.armSweepLocked()
 	}
 	g.mu.Unlock()
@@ -328,7 +324,6 @@ func (g *LinkGroup) takeIdleLocked(before uint64, remotes bool) (local []*ism.DM
 			if !e.inUse && e.gen < before {
 				remote = append(remote, e.r)
 				delete(g.remotes, t)
-				g.idleRem--
 			}
 		}
 	}
@@ -346,12 +341,22 @@ func (g *LinkGroup) release(local []*ism.DMB, remote []*ism.RemoteDMB) {
 	bufStats.idleFreed.Add(uint64(len(local) + len(remote)))
 }
 
-func (g *LinkGroup) idleLocal() int {
-	n := 0
-	for _, l := range g.free {
-		n += len(l)
+// anyIdleLocked reports whether the group holds a buffer no connection uses.
+func (g *LinkGroup) anyIdleLocked() bool {
+	if len(g.lingering) > 0 {
+		return true
 	}
-	return n
+	for _, l := range g.free {
+		if len(l) > 0 {
+			return true
+		}
+	}
+	for _, e := range g.remotes {
+		if !e.inUse {
+			return true
+		}
+	}
+	return false
 }
 
 // Terminate ends the link group: idle and lingering buffers are released now, buffers
@@ -406,7 +411,6 @@ func (g *LinkGroup) retire() bool {
 			delete(g.remotes, t)
 		}
 	}
-	g.idleRem = 0
 	return true
 }
 
