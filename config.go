@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/peercred"
 	"github.com/smcloop/smcloop/ism"
 )
 
@@ -194,6 +195,12 @@ var envSettings = map[string]envSetting{
 		if err == nil && d.maxDMBs <= 0 {
 			err = fmt.Errorf("want a positive count")
 		}
+		return err
+	}},
+	// Read by internal/peercred itself (the ISM device and the registration tables apply
+	// it too); parsed here so that a typo fails every Dial and Listen.
+	peercred.EnvPeerUIDs: {"other users' uids whose processes may share memory with this one, e.g. 1000,1001 (docs/SECURITY.md)", func(v string, d *envDefaults) error {
+		_, err := peercred.ParseUIDs(v)
 		return err
 	}},
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/peercred"
 	"github.com/smcloop/smcloop/ism"
 	"github.com/smcloop/smcloop/smcd"
 )
@@ -241,6 +242,21 @@ func linkGroups(dev *ism.Device) *smcd.Groups {
 	return t.(*smcd.Groups)
 }
 
+// peerTrusted reports whether the process at the other end of the TCP connection
+// belongs to a user this process shares memory with (same uid, root, or
+// SMCLOOP_PEER_UIDS). Both ends are sockets of this host, so the kernel's socket
+// diagnostics name the far end's owner. Any doubt (not TCP, the far end gone, no
+// answer) is a no.
+func peerTrusted(tcp net.Conn) bool {
+	la, ok1 := tcp.LocalAddr().(*net.TCPAddr)
+	ra, ok2 := tcp.RemoteAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return false
+	}
+	s, err := peercred.TCPPeer(la.AddrPort(), ra.AddrPort())
+	return err == nil && peercred.Trusted(s.UID)
+}
+
 // dmbeCode compresses a DMB size for the CLC DMBE size nibble.
 func dmbeCode(size int) uint8 { return cdc.CompressSize(size, cdc.MaxSMCDBufCode) }
 
@@ -251,6 +267,11 @@ func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	if !cfg.smcd {
 		// No ISM device: tell the server instead of proposing (smc_connect_decline_fallback).
 		return h.decline(clc.DeclNoSMCDev)
+	}
+	if !peerTrusted(tcp) {
+		// The server's socket belongs to a user we share no memory with: it learns
+		// nothing of our device, and the connection is TCP (docs/SECURITY.md).
+		return h.decline(clc.DeclNoSMCD2Dev)
 	}
 	dev := cfg.device
 	prop := &clc.Proposal{
@@ -344,6 +365,11 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	}
 	prop := m.(*clc.Proposal)
 	h.version = min(prop.Version, clc.V2)
+	if cfg.smcd && !peerTrusted(tcp) {
+		// A client of a user we share no memory with gets no token and no attach: the
+		// devices it names are never contacted on its behalf (docs/SECURITY.md).
+		return h.decline(clc.DeclNoSMCD2Dev)
+	}
 	peer, code := h.chooseDevice(prop)
 	if code != 0 {
 		return h.decline(code)

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 
+	"github.com/smcloop/smcloop/internal/peercred"
 	"github.com/smcloop/smcloop/shm"
 )
 
@@ -304,7 +304,6 @@ func (d *Device) Close() error {
 	return nil
 }
 
-func samePrincipal(uid uint32) bool {
-	me := uint32(os.Getuid())
-	return uid == me || uid == 0
-}
+// samePrincipal reports whether a device run by uid may attach our DMBs and we its: the
+// same user, root, or a uid of SMCLOOP_PEER_UIDS (internal/peercred).
+func samePrincipal(uid uint32) bool { return peercred.Trusted(uid) }

@@ -60,6 +60,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/smcloop/smcloop/internal/peercred"
 )
 
 // Table layout. The header's integers are in host byte order: a table is shared only by
@@ -122,6 +124,11 @@ func protoErr(format string, args ...any) error {
 // errNoHello reports a link that the listener closed before sending its hello: it ran out
 // of owner ids or is closing. The destination is treated as having no listener.
 var errNoHello = errors.New("presence: listener closed the link before its hello")
+
+// errUntrusted reports a listener name held by a process of a user we share no memory
+// with: a squatter, or another user's server. It counts as absent, so the next name is
+// tried and the dial is plain TCP if none is ours.
+var errUntrusted = errors.New("presence: listener name held by an untrusted user")
 
 // errLinkGone reports a link that kept dying while it was being looked up.
 var errLinkGone = errors.New("presence: link ended while being looked up")
@@ -365,6 +372,8 @@ type Advert struct {
 
 	linkMu  sync.Mutex
 	links   map[uint16]*net.UnixConn // live links by owner id
+	linkPID map[uint16]int32         // the process behind each link
+	perPID  map[int32]int            // live links per process (MaxLinksPerProcess)
 	owners  ownerIDs
 	closing bool
 
@@ -400,7 +409,7 @@ func Advertise(addr netip.AddrPort) (*Advert, error) {
 		memfd: fd,
 		done:  make(chan struct{}),
 		tab:   tab,
-		links: make(map[uint16]*net.UnixConn),
+		links: make(map[uint16]*net.UnixConn), linkPID: make(map[uint16]int32), perPID: make(map[int32]int),
 	}
 	a.wg.Add(1)
 	go a.acceptLinks()
@@ -533,8 +542,13 @@ func (a *Advert) acceptLinks() {
 // startLink assigns c an owner id and serves it, or closes it when no id is free or the
 // advert is closing (the dialer then sees no hello and connects plain).
 func (a *Advert) startLink(c *net.UnixConn) {
+	cred := peerCred(c)
+	if cred == nil || !peercred.Trusted(cred.Uid) {
+		c.Close() // another user's process learns nothing and can write nothing
+		return
+	}
 	a.linkMu.Lock()
-	owner, ok := uint16(0), !a.closing
+	owner, ok := uint16(0), !a.closing && a.perPID[cred.Pid] < MaxLinksPerProcess
 	if ok {
 		owner, ok = a.owners.get()
 	}
@@ -544,6 +558,8 @@ func (a *Advert) startLink(c *net.UnixConn) {
 		return
 	}
 	a.links[owner] = c
+	a.linkPID[owner] = cred.Pid
+	a.perPID[cred.Pid]++
 	a.wg.Add(1)
 	a.linkMu.Unlock()
 	go a.serveLink(c, owner)
@@ -568,6 +584,12 @@ func (a *Advert) endLink(c *net.UnixConn, owner uint16) {
 	c.Close()
 	a.linkMu.Lock()
 	delete(a.links, owner)
+	if pid, ok := a.linkPID[owner]; ok {
+		delete(a.linkPID, owner)
+		if a.perPID[pid]--; a.perPID[pid] <= 0 {
+			delete(a.perPID, pid)
+		}
+	}
 	closing := a.closing
 	a.linkMu.Unlock()
 	if !closing {
@@ -951,12 +973,39 @@ func isClosed(c chan struct{}) bool {
 // it went away (ECONNRESET: it closed with our link in its backlog), as opposed to one
 // that answered wrongly.
 func isAbsent(err error) bool {
-	for _, e := range []error{syscall.ECONNREFUSED, syscall.ENOENT, syscall.EAGAIN, syscall.ECONNRESET, errNoHello, errLinkGone} {
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ENOENT, syscall.EAGAIN, syscall.ECONNRESET, errNoHello, errLinkGone, errUntrusted} {
 		if errors.Is(err, e) {
 			return true
 		}
 	}
 	return false
+}
+
+// MaxLinksPerProcess bounds the links one process may hold to a listener. A dialer
+// process needs one; a few more cover a link whose end the listener has not yet seen.
+const MaxLinksPerProcess = 8
+
+// peerCred returns the credentials of the process at the other end of a link, or nil.
+func peerCred(c *net.UnixConn) *unix.Ucred {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var cred *unix.Ucred
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || gerr != nil {
+		return nil
+	}
+	return cred
+}
+
+// trustedPeer reports whether the process at the other end of a link belongs to a user
+// this process shares memory with (internal/peercred).
+func trustedPeer(c *net.UnixConn) bool {
+	cred := peerCred(c)
+	return cred != nil && peercred.Trusted(cred.Uid)
 }
 
 // dialLink connects to the listener name, receives its hello and maps its table.
@@ -965,6 +1014,12 @@ func dialLink(name string) (*Link, error) {
 	c, err := d.Dial("unixpacket", "@"+name)
 	if err != nil {
 		return nil, fmt.Errorf("presence: linking to @%s: %w", name, err)
+	}
+	// The holder's credentials are known at connect, before it sends anything: a
+	// squatter of another user costs no wait.
+	if !trustedPeer(c.(*net.UnixConn)) {
+		c.Close()
+		return nil, fmt.Errorf("presence: linking to @%s: %w", name, errUntrusted)
 	}
 	l, err := newLink(name, c.(*net.UnixConn))
 	if err != nil {
