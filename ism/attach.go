@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -135,8 +136,14 @@ func (d *Device) serve(c *net.UnixConn) {
 			return
 		}
 		if from.IsZero() {
+			// The first request names the sender; the claim is checked once and binds
+			// the connection (auth.go).
+			if !d.verifyClaim(c, req.from) {
+				return
+			}
 			from = req.from
 		}
+		req.from = from
 		if err := d.answer(c, req); err != nil {
 			return
 		}
@@ -177,7 +184,9 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
 		var fds []int
 		var rep wireMsg
 		switch {
-		case !ok:
+		case !ok, !m.mayAttach(req.from):
+			// A DMB issued to another device is refused as unknown: the answer tells
+			// the asker nothing about tokens it was not given.
 			rep = wireMsg{op: statusNoDMB, token: req.token}
 		case int(req.size) != m.Size():
 			rep = wireMsg{op: statusBadSize, token: req.token, size: uint32(m.Size())}
@@ -215,7 +224,8 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
 type peerConn struct {
 	mu   sync.Mutex
 	c    *net.UnixConn
-	dead bool // dropped from the device's table
+	dead bool         // dropped from the device's table
+	pid  atomic.Int32 // the remote device's process, once dialled (auth.go)
 }
 
 func (p *peerConn) close() {
@@ -264,6 +274,7 @@ func (p *peerConn) dialLocked(g GID) error {
 		return fmt.Errorf("%w: device %s runs as uid %d", ErrPermission, g, cred.Uid)
 	}
 	p.c = c
+	p.pid.Store(cred.Pid)
 	return nil
 }
 

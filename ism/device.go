@@ -163,6 +163,7 @@ type DMB struct {
 	// consumed data the owner wrote into the peer's DMB. The owner waits on both.
 	Data, Space *shm.Doorbell
 	dev         *Device
+	peer        GID // the only device that may attach it (RegisterDMBFor); zero: any
 }
 
 // Token is the DMB's 64-bit token, sent to the peer in CLC Accept/Confirm.
@@ -232,11 +233,14 @@ func (d *Device) RegisterDMB(size int) (*DMB, error) {
 	return m, nil
 }
 
-func newDMB(d *Device, idx, size int) (m *DMB, err error) {
-	m = &DMB{index: idx, dev: d}
+// newDMB creates a DMB's memory and doorbells. On failure (out of descriptors, memory or
+// mappings) it releases whatever it made before and returns the error: the caller
+// declines the handshake (MEM) instead of failing the connection.
+func newDMB(d *Device, idx, size int) (_ *DMB, err error) {
+	m := &DMB{index: idx, dev: d}
 	defer func() {
 		if err != nil {
-			m.release()
+			m.release() // m, not the nil result: what was made before the failure
 		}
 	}()
 	if m.region, err = shm.NewRegion("smcloop-dmb", size); err != nil {

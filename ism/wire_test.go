@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"net"
 	"sync"
 	"testing"
@@ -355,45 +357,38 @@ func roundTripRaw(t *testing.T, c *net.UnixConn, req []byte) (wireMsg, error) {
 
 func TestDeviceAnswersRawRequests(t *testing.T) {
 	d := openTestDevice(t)
-	var events int
+	var events []GID
 	var mu sync.Mutex
-	d.SetEventHandler(func(GID, uint32, uint64) { mu.Lock(); events++; mu.Unlock() })
+	d.SetEventHandler(func(from GID, _ uint32, _ uint64) { mu.Lock(); events = append(events, from); mu.Unlock() })
 
+	// A sender GID that the asking process does not listen on: dropped unanswered.
 	c := dialDevice(t, d)
-	rep, err := roundTripRaw(t, c, wireMsg{op: 99, from: GID{1, 1}}.marshal())
-	if err != nil || rep.op != statusBadOp {
-		t.Fatalf("unknown op: reply %+v, %v; want status %d", rep, err, statusBadOp)
-	}
-	// An event that names no sender is answered but not delivered.
-	rep, err = roundTripRaw(t, c, wireMsg{op: opEvent, size: EventShutdown}.marshal())
-	if err != nil || rep.op != statusOK {
-		t.Fatalf("event without sender: reply %+v, %v", rep, err)
-	}
-	mu.Lock()
-	if events != 0 {
-		t.Errorf("an event without a sender GID reached the handler")
-	}
-	mu.Unlock()
+	_, err := roundTripRaw(t, c, wireMsg{op: opQuery, from: GID{1, 1}}.marshal())
+	require.Error(t, err, "a claim the asker cannot back was answered")
+
+	// This process does listen on d's name, so it may speak as d.
+	c = dialDevice(t, d)
+	rep, err := roundTripRaw(t, c, wireMsg{op: 99, from: d.GID()}.marshal())
+	require.NoError(t, err)
+	assert.Equal(t, uint16(statusBadOp), rep.op, "unknown op")
+	// Later requests on the connection count as from the verified sender, whatever
+	// they name.
 	rep, err = roundTripRaw(t, c, wireMsg{op: opEvent, size: EventShutdown, from: GID{1, 1}}.marshal())
-	if err != nil || rep.op != statusOK {
-		t.Fatalf("event: reply %+v, %v", rep, err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, uint16(statusOK), rep.op, "event")
 	mu.Lock()
-	if events != 1 {
-		t.Errorf("handler saw %d events, want 1", events)
-	}
+	assert.Equal(t, []GID{d.GID()}, events)
 	mu.Unlock()
 
 	// Garbage ends that connection only.
-	bad := wireMsg{op: opQuery}.marshal()
+	bad := wireMsg{op: opQuery, from: d.GID()}.marshal()
 	bad[5] = 9
-	if _, err := roundTripRaw(t, c, bad); err == nil {
-		t.Fatal("the device answered a message of another version")
-	}
+	_, err = roundTripRaw(t, c, bad)
+	require.Error(t, err, "the device answered a message of another version")
 	c2 := dialDevice(t, d)
-	if rep, err := roundTripRaw(t, c2, wireMsg{op: opQuery}.marshal()); err != nil || rep.op != statusOK {
-		t.Fatalf("query after another peer's garbage: %+v, %v", rep, err)
-	}
+	rep, err = roundTripRaw(t, c2, wireMsg{op: opQuery, from: d.GID()}.marshal())
+	require.NoError(t, err, "query after another peer's garbage")
+	assert.Equal(t, uint16(statusOK), rep.op)
 }
 
 // TestPeerThatNeverReadsDoesNotWedgeDevice: a peer device that sends attach requests and
@@ -409,7 +404,7 @@ func TestPeerThatNeverReadsDoesNotWedgeDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dialDevice(t, d) // closed before the device by the cleanup order
-	req := wireMsg{op: opAttach, token: m.Token(), size: MinDMBSize, from: GID{1, 1}}.marshal()
+	req := wireMsg{op: opAttach, token: m.Token(), size: MinDMBSize, from: d.GID()}.marshal()
 	c.SetWriteDeadline(time.Now().Add(time.Second))
 	sent := 0
 	for ; sent < 1_000_000; sent++ {

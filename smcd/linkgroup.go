@@ -122,7 +122,7 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 	}
 	g.mu.Unlock()
 
-	m, err := g.dev.RegisterDMB(size)
+	m, err := g.dev.RegisterDMBFor(size, g.peer)
 	if err == nil {
 		bufStats.rmbAlloc.Add(1)
 		return m, false, nil
@@ -136,7 +136,7 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 	if g.table.releaseIdle() == 0 {
 		return nil, false, err
 	}
-	if m, err = g.dev.RegisterDMB(size); err != nil {
+	if m, err = g.dev.RegisterDMBFor(size, g.peer); err != nil {
 		return nil, false, err
 	}
 	bufStats.rmbAlloc.Add(1)
