@@ -249,8 +249,18 @@ func (c *Conn) opError(op string, err error) error {
 }
 
 // abort ends the connection after a local fault (protocol violation): the peer gets
-// peer_conn_abort, local waiters wake, and the TCP connection is torn down.
+// peer_conn_abort, local waiters wake, the TCP connection is torn down, and the link
+// group is terminated, which tells the peer's device (and so may wait for it).
 func (c *Conn) abort(err error) {
+	if c.abortLocal(err) {
+		c.link.Violation() // keep no buffers shared with a peer that broke the protocol
+	}
+}
+
+// abortLocal is abort without the link group's termination, so it waits for nothing of
+// the peer's. It reports whether this was the connection's first abort, whose caller
+// then owes link.Violation (the liveness watcher hands it to another goroutine).
+func (c *Conn) abortLocal(err error) bool {
 	c.abortMu.Lock()
 	first := !c.aborted.Load()
 	if first {
@@ -259,7 +269,7 @@ func (c *Conn) abort(err error) {
 	}
 	c.abortMu.Unlock()
 	if !first {
-		return
+		return false
 	}
 	c.ctlMu.Lock()
 	c.applyLocked(evLocalAbort)
@@ -269,11 +279,11 @@ func (c *Conn) abort(err error) {
 	}
 	c.ctlMu.Unlock()
 	c.link.WakeLocal()
-	c.link.Violation() // keep no buffers shared with a peer that broke the protocol
 	if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {
 		tc.SetLinger(0) // RST, like tcp_abort
 	}
 	c.tcp.Close()
+	return true
 }
 
 // abortError returns the error to report for an aborted connection: the protocol error

@@ -382,6 +382,13 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	if code := h.registerDMB(); code != 0 {
 		return h.decline(code)
 	}
+	// Room for attaching the client's DMB after its Confirm, when we can no longer
+	// decline.
+	res, err := dev.ReserveAttach()
+	if err != nil {
+		return h.decline(clc.DeclMem)
+	}
+	defer res.Release()
 	acc := &clc.AcceptConfirm{
 		Type: clc.TypeAccept, Version: clc.V2, FirstContact: first, LinkID: h.group.ID(),
 		GID: dev.GID().Hi, GIDExt: dev.GID().Ext, Token: h.dmb.Token(), DMBESize: dmbeCode(h.dmb.Size()),
@@ -419,6 +426,7 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 		return nil, h.fail("checking the confirm", fmt.Errorf("%w: confirm DMBE size code %d > %d", ErrProtocol, conf.DMBESize, ism.MaxSizeCode))
 	}
 	h.peerSize = cdc.UncompressSize(conf.DMBESize)
+	res.Release()
 	if h.remote, err = h.group.Attach(conf.Token, h.peerSize); err != nil {
 		// After the confirm there is no decline: the connection fails (no fallback).
 		return nil, h.fail("attaching the client's DMB", err)

@@ -25,6 +25,15 @@ import (
 //
 // If the watcher cannot run (no epoll, or a TCP connection that is not a socket), the
 // connection gets such a goroutine of its own (monitor).
+//
+// The watcher's goroutine serves every connection of the process, so it never makes a
+// call that can wait for a peer. What it does for an event is local: it marks the
+// connection, aborts it (publishing the abort flag and ringing doorbells, which never
+// block: package shm), terminates link groups with a peer that is gone (which only
+// releases local resources) and wakes the connection's sleepers. The one step that talks
+// to a peer, telling the device of a peer that broke the protocol to drop the link group
+// (ism SHUTDOWN, which waits up to twice ism's 5 s exchange timeout for a device that
+// does not answer), goes to the watcher's terminator goroutines (groupWork).
 
 // watcher is the process's liveness watcher.
 type watcher struct {
@@ -37,6 +46,8 @@ type watcher struct {
 	slots []watchSlot // by index; an event carries index and generation
 	free  []uint32
 	dead  bool // the loop ended on an error: new connections get a monitor
+
+	work groupWork // link group terminations that may wait for a peer's device
 }
 
 type watchSlot struct {
@@ -259,18 +270,89 @@ func (c *Conn) monitor() {
 }
 
 // peerTCPEvent handles what arrived on the TCP connection: n unexpected bytes (after the
-// handshake nothing may arrive), or its end (EOF or reset) when n is 0.
+// handshake nothing may arrive), or its end (EOF or reset) when n is 0. It runs on the
+// watcher's goroutine (or a monitor's) and waits for nothing of the peer's: the link
+// group's termination for a violation, which tells the peer's device, is handed to the
+// watcher's terminators.
 func (c *Conn) peerTCPEvent(n int) {
-	if n > 0 && !c.closed.Load() {
-		c.abort(errors.New("unexpected bytes on the CLC socket of an established SMC connection"))
-	}
+	violated := n > 0 && !c.closed.Load() &&
+		c.abortLocal(errors.New("unexpected bytes on the CLC socket of an established SMC connection"))
 	c.peerGone.Store(true)
+	lost := false
 	if !c.closed.Load() {
 		// The peer closes its TCP connection only after publishing its close or abort
 		// flag; without one, its process is gone, and so is the link group.
-		if _, _, cf := cdc.UnpackWord(c.link.LoadPeerCons()); cf&(cdc.PeerConnClosed|cdc.PeerConnAbort) == 0 {
-			c.link.PeerLost()
-		}
+		_, _, cf := cdc.UnpackWord(c.link.LoadPeerCons())
+		lost = cf&(cdc.PeerConnClosed|cdc.PeerConnAbort) == 0
+	}
+	switch {
+	case violated:
+		// Both on a terminator, Violation first: PeerLost would end the link group
+		// silently, and the peer's device would not hear of the violation.
+		liveness.work.add(c.link, lost)
+	case lost:
+		c.link.PeerLost() // releases local resources only
 	}
 	c.link.WakeLocal()
+}
+
+// maxGroupWorkers bounds the goroutines that terminate link groups for the watcher. Each
+// task waits at most twice ism's exchange timeout for a peer device; a queue behind
+// them only delays the termination of groups with peers that already broke the protocol.
+const maxGroupWorkers = 4
+
+// groupWork runs the link group terminations the watcher hands off, in order, on at
+// most maxGroupWorkers goroutines, started while tasks wait and ending when none is
+// left (an idle process has none; nothing joins them, as nothing joins the watcher).
+type groupWork struct {
+	mu      sync.Mutex
+	queue   []groupTask
+	workers int
+	done    uint64 // tasks finished, for tests
+}
+
+// groupTask is a connection's link after a protocol violation: Violation, then PeerLost
+// if the peer had published no close flag either.
+type groupTask struct {
+	l    link
+	lost bool
+}
+
+func (w *groupWork) add(l link, lost bool) {
+	w.mu.Lock()
+	w.queue = append(w.queue, groupTask{l, lost})
+	start := w.workers < maxGroupWorkers
+	if start {
+		w.workers++
+	}
+	w.mu.Unlock()
+	if start {
+		go w.run()
+	}
+}
+
+func (w *groupWork) run() {
+	w.mu.Lock()
+	for len(w.queue) > 0 {
+		t := w.queue[0]
+		w.queue[0] = groupTask{}
+		w.queue = w.queue[1:]
+		w.mu.Unlock()
+		t.l.Violation()
+		if t.lost {
+			t.l.PeerLost()
+		}
+		w.mu.Lock()
+		w.done++
+	}
+	w.queue = nil // drop the drained backing array
+	w.workers--
+	w.mu.Unlock()
+}
+
+// finished returns how many tasks have run to the end.
+func (w *groupWork) finished() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
 }

@@ -4,8 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestLiveness: the TCP connection is the liveness channel, watched by the process's
@@ -65,12 +70,7 @@ func TestLiveness(t *testing.T) {
 			// before the first one: ErrPeerGone.
 			c, s = pipe(t, Config{BusyPoll: -1}, Config{})
 			errc := readErr(c)
-			for end := time.Now().Add(10 * time.Second); c.Stats().Sleeps == 0; {
-				if time.Now().After(end) {
-					t.Fatal("the Read never slept")
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
+			waitAsleep(t, c)
 			s.tcp.Conn.Close() // as the kernel does for a dead process
 			expect("after the peer's TCP end during the sleep", errc, ErrPeerGone)
 			checkWatch(c)
@@ -99,4 +99,127 @@ func TestLiveness(t *testing.T) {
 			}
 		})
 	}
+}
+
+// livenessBound is the requirement: the watcher notices the end of a peer's TCP
+// connection (its process died) and wakes the connection's sleepers within it.
+const livenessBound = time.Second
+
+// watchdog bounds waits for what must happen; it is never the expected outcome.
+const watchdog = 10 * time.Second
+
+// goRead starts a one-byte Read on c and returns its error channel.
+func goRead(c *Conn) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(c, make([]byte, 1))
+		errc <- err
+	}()
+	return errc
+}
+
+// waitAsleep returns once c's reader or writer slept on its doorbell (so the connection
+// is watched: a wait puts it under the watch before it sleeps).
+func waitAsleep(t *testing.T, c *Conn) {
+	t.Helper()
+	for end := time.Now().Add(watchdog); c.Stats().Sleeps == 0; runtime.Gosched() {
+		if time.Now().After(end) {
+			t.Fatal("the connection never slept")
+		}
+	}
+}
+
+// stallingLink is a link whose Violation waits until release is closed, as terminating
+// a link group waits for a peer device that never answers the SHUTDOWN event.
+type stallingLink struct {
+	link
+	entered  chan struct{} // closed when Violation starts
+	release  chan struct{}
+	lost     chan struct{} // closed when PeerLost starts
+	nViolate atomic.Int32
+	nLost    atomic.Int32
+}
+
+func newStallingLink(l link) *stallingLink {
+	return &stallingLink{link: l, entered: make(chan struct{}), release: make(chan struct{}), lost: make(chan struct{})}
+}
+
+func (s *stallingLink) Violation() {
+	if s.nViolate.Add(1) == 1 {
+		close(s.entered)
+	}
+	<-s.release
+	s.link.Violation()
+}
+
+func (s *stallingLink) PeerLost() {
+	if s.nLost.Add(1) == 1 {
+		close(s.lost)
+	}
+	s.link.PeerLost()
+}
+
+// TestLivenessWatcherNeverWaitsOnPeerDevice: a peer breaks the protocol on one
+// connection (bytes on its TCP connection) and its device never answers, so terminating
+// the link group for the violation waits. The watcher does not: that connection aborts
+// at once, and the end of another peer's TCP connection (its process died) still wakes
+// that connection's blocked Read within livenessBound.
+func TestLivenessWatcherNeverWaitsOnPeerDevice(t *testing.T) {
+	hostile, hostileSrv := pipe(t, Config{BusyPoll: -1}, Config{})
+	defer hostile.Close()
+	defer hostileSrv.Close()
+	honest, honestSrv := pipe(t, Config{BusyPoll: -1}, Config{})
+	defer honest.Close()
+	defer honestSrv.Close()
+	stall := newStallingLink(hostile.link)
+	hostile.link = stall
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(stall.release)
+		}
+	}
+	defer release()
+
+	hostileRead := goRead(hostile)
+	waitAsleep(t, hostile)
+	honestRead := goRead(honest)
+	waitAsleep(t, honest)
+
+	_, err := hostileSrv.tcp.Conn.Write([]byte{0x42})
+	require.NoError(t, err)
+	select {
+	case err := <-hostileRead:
+		require.ErrorIs(t, err, ErrProtocol, "Read on the connection whose peer broke the protocol")
+	case <-time.After(watchdog):
+		t.Fatal("the violating peer's connection was not aborted")
+	}
+	select {
+	case <-stall.entered:
+	case <-time.After(watchdog):
+		t.Fatal("the link group was never terminated for the violation")
+	}
+
+	// The honest peer's process dies (the kernel closes its TCP connection).
+	died := time.Now()
+	honestSrv.tcp.Conn.Close()
+	select {
+	case err := <-honestRead:
+		took := time.Since(died)
+		t.Logf("the Read on the dead peer's connection returned %v after its end: %v", took, err)
+		assert.ErrorIs(t, err, ErrPeerGone)
+		assert.LessOrEqual(t, took, livenessBound, "the watcher noticed the peer's end late")
+	case <-time.After(livenessBound):
+		t.Fatalf("the watcher did not notice a peer's end within %v while a peer device stalled a termination", livenessBound)
+	}
+
+	// Once the device answers, the termination completes, then the silent peer's loss.
+	release()
+	select {
+	case <-stall.lost:
+	case <-time.After(watchdog):
+		t.Fatal("PeerLost did not follow the violation's termination")
+	}
+	assert.EqualValues(t, 1, stall.nViolate.Load(), "Violation calls")
 }

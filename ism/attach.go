@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -107,7 +108,8 @@ func (d *Device) acceptLoop() {
 // Each peer device keeps one connection to us for as long as it lives, so the end of
 // that connection is the peer device going away: like an ISM GID event, it is reported
 // to the event handler as EventPeerGone, and our own connection to that device is
-// dropped.
+// dropped. A device that we reached but that never sent us a request is seen going away
+// by the peer watch, through the end of our connection to it.
 func (d *Device) serve(c *net.UnixConn) {
 	defer d.wg.Done()
 	var from GID
@@ -222,9 +224,12 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
 // peerConn is this device's connection to a remote device, one per remote GID, reused for
 // every query and attach towards it (requests are serialised by mu).
 type peerConn struct {
+	d    *Device
 	mu   sync.Mutex
 	c    *net.UnixConn
+	id   uint64       // c's entry in the peer watch, 0 if not watched
 	dead bool         // dropped from the device's table
+	gone atomic.Bool  // the device hung up on us (peerHungUp, which does not take mu)
 	pid  atomic.Int32 // the remote device's process, once dialled (auth.go)
 }
 
@@ -232,9 +237,16 @@ func (p *peerConn) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dead = true // a request queued behind us must not dial a connection nobody owns
+	p.closeConnLocked()
+}
+
+// closeConnLocked closes the connection, if any, and takes it out of the peer watch.
+// p.mu is held.
+func (p *peerConn) closeConnLocked() {
 	if p.c != nil {
+		p.d.watch.forget(p.id)
 		p.c.Close()
-		p.c = nil
+		p.c, p.id = nil, 0
 	}
 }
 
@@ -246,7 +258,7 @@ func (d *Device) peer(g GID) (*peerConn, error) {
 	}
 	p, ok := d.peers[g]
 	if !ok {
-		p = &peerConn{}
+		p = &peerConn{d: d}
 		d.peers[g] = p
 	}
 	return p, nil
@@ -257,7 +269,7 @@ func (p *peerConn) dialLocked(g GID) error {
 	if p.c != nil {
 		return nil
 	}
-	if p.dead {
+	if p.dead || p.gone.Load() {
 		return fmt.Errorf("%w: %s: device gone", ErrUnreachable, g)
 	}
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: g.socketName(), Net: "unixpacket"})
@@ -298,15 +310,190 @@ func (d *Device) roundTrip(g GID, req wireMsg, maxFds int) (wireMsg, []int, erro
 			d.mu.Unlock()
 			return wireMsg{}, nil, err
 		}
+		if p.id == 0 {
+			// Dialled here or by a claim check (auth.go): from now on its end is
+			// watched.
+			p.id = d.watchPeer(g, p, p.c)
+		}
 		rep, fds, err := exchange(p.c, req, maxFds)
 		if err == nil {
 			return rep, fds, nil
 		}
-		p.c.Close()
-		p.c = nil
+		p.closeConnLocked()
 		lastErr = err
 	}
 	return wireMsg{}, nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, g, lastErr)
+}
+
+// The peer watch. Our connections to peer devices (peerConn), idle between requests,
+// are watched for their end in one epoll instance per device, which one goroutine waits
+// for through Go's poller, as it would wait for a socket (the process's TCP liveness
+// watcher works the same way). A device hangs up on us only when it goes away (its
+// process died or it was closed: a live device serves us until we hang up), so the end
+// of our connection to it is, like the end of its connection to us in serve, an ISM GID
+// event: the connection is closed, the peer forgotten and EventPeerGone raised.
+// Without it, a peer that we reached but that never sent us a request, such as a client
+// killed after its proposal and before its own query of the server's device, would
+// leave us our connection to it and its link group for as long as we live.
+//
+// Watching costs one epoll_ctl per connection and nothing to unwatch (closing the
+// connection takes it out of the instance). Only the end is asked for (EPOLLRDHUP,
+// edge-triggered), so requests and replies wake nobody. An event carries an id that
+// maps to the connection; the id is forgotten when we close the connection, which makes
+// a late event a no-op.
+type peerWatch struct {
+	mu     sync.Mutex
+	ep     *os.File // the epoll instance, on Go's poller; nil until first needed
+	rc     syscall.RawConn
+	failed bool // no epoll instance, or the device closed: connections go unwatched
+	next   uint64
+	conns  map[uint64]watchedPeer
+}
+
+type watchedPeer struct {
+	g GID
+	p *peerConn
+	c *net.UnixConn
+}
+
+// startLocked creates the epoll instance and starts the watch goroutine, once. d.mu and
+// w.mu are held.
+func (w *peerWatch) startLocked(d *Device) bool {
+	if w.ep != nil || w.failed {
+		return w.ep != nil
+	}
+	w.failed = true
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	// Non-blocking, so that os.NewFile puts it on Go's poller: an epoll instance is
+	// readable while it has events.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return false
+	}
+	ep := os.NewFile(uintptr(fd), "smcloop-ism-peers")
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		return false
+	}
+	w.ep, w.rc, w.failed = ep, rc, false
+	w.conns = make(map[uint64]watchedPeer)
+	d.wg.Add(1)
+	go d.watchLoop(rc)
+	return true
+}
+
+// watchPeer puts c, p's connection to the device g, under the watch and returns its id,
+// or 0 if it cannot be watched (then only the end of g's own connection to us, or the
+// failure of a later request, tells us that g is gone). p.mu is held.
+func (d *Device) watchPeer(g GID, p *peerConn, c *net.UnixConn) uint64 {
+	w := &d.watch
+	d.mu.Lock()
+	w.mu.Lock()
+	ok := !d.closed && w.startLocked(d)
+	var id uint64
+	if ok {
+		w.next++
+		id = w.next
+		w.conns[id] = watchedPeer{g, p, c}
+	}
+	rc := w.rc
+	w.mu.Unlock()
+	d.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+	var cerr error
+	cr, err := c.SyscallConn()
+	if err == nil {
+		err = cr.Control(func(cfd uintptr) {
+			if err := rc.Control(func(ep uintptr) { cerr = unix.EpollCtl(int(ep), unix.EPOLL_CTL_ADD, int(cfd), &ev) }); err != nil {
+				cerr = err // the device closed meanwhile
+			}
+		})
+	}
+	if err != nil || cerr != nil {
+		w.forget(id)
+		return 0
+	}
+	return id
+}
+
+// forget takes the connection id (0: none) out of the watch.
+func (w *peerWatch) forget(id uint64) {
+	if id == 0 {
+		return
+	}
+	w.mu.Lock()
+	delete(w.conns, id)
+	w.mu.Unlock()
+}
+
+// watchLoop waits for the epoll instance to have events and handles them, until Close
+// closes the instance.
+func (d *Device) watchLoop(rc syscall.RawConn) {
+	defer d.wg.Done()
+	events := make([]unix.EpollEvent, 32)
+	rc.Read(func(ep uintptr) bool {
+		for {
+			n, err := unix.EpollWait(int(ep), events, 0)
+			switch {
+			case errors.Is(err, unix.EINTR):
+				continue
+			case err != nil:
+				return true // cannot happen on a valid instance
+			case n == 0:
+				return false // wait until the instance has events again
+			}
+			for _, ev := range events[:n] {
+				d.peerHungUp(uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32)
+			}
+		}
+	})
+}
+
+// peerHungUp handles the end of our connection id to a peer device: the device is gone.
+// It waits for no request in progress on the connection: closing the connection fails
+// the request, which then finds the device gone and does not dial it again.
+func (d *Device) peerHungUp(id uint64) {
+	w := &d.watch
+	w.mu.Lock()
+	e, ok := w.conns[id]
+	delete(w.conns, id)
+	w.mu.Unlock()
+	if !ok {
+		return // we closed it meanwhile
+	}
+	e.p.gone.Store(true)
+	e.c.Close()
+	d.mu.Lock()
+	if d.peers[e.g] == e.p {
+		delete(d.peers, e.g)
+	}
+	closed := d.closed
+	h := d.onEvent
+	d.mu.Unlock()
+	if !closed && h != nil {
+		h(e.g, EventPeerGone, 0)
+	}
+}
+
+// stopWatch closes the epoll instance, which ends the watch goroutine; connections
+// dialled later go unwatched. d.mu must not be held: the close waits for an event being
+// handled, which takes it.
+func (d *Device) stopWatch() {
+	w := &d.watch
+	w.mu.Lock()
+	ep := w.ep
+	w.ep, w.failed = nil, true
+	w.mu.Unlock()
+	if ep != nil {
+		ep.Close()
+	}
 }
 
 func exchange(c *net.UnixConn, req wireMsg, maxFds int) (wireMsg, []int, error) {
@@ -374,12 +561,13 @@ const (
 	// and the sender's role), so we terminate ours too.
 	EventShutdown = 0x80
 	// EventPeerGone is raised locally (never sent) when a peer device's connection to
-	// us ends: the device, and so its process, is gone (an ISM GID event).
+	// us ends, or the device hangs up our connection to it: the device, and so its
+	// process, is gone (an ISM GID event). It may come more than once for a device.
 	EventPeerGone = 0x100
 )
 
-// SetEventHandler installs the function called (on the device's serving goroutine) for
-// each software event a peer device signals. It must not block.
+// SetEventHandler installs the function called (on one of the device's goroutines) for
+// each software event a peer device signals, and for EventPeerGone. It must not block.
 func (d *Device) SetEventHandler(h func(from GID, code uint32, info uint64)) {
 	d.mu.Lock()
 	d.onEvent = h

@@ -110,7 +110,8 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 		t.Fatalf("attacher's write not seen by the owner at byte %d", j)
 	}
 
-	// The doorbells are shared too: attacher rings, owner consumes, and the reverse.
+	// The doorbells are shared too: the attacher rings, the owner consumes. The owner
+	// rings its own doorbell too (a local wake-up); only the owner can consume.
 	for _, bell := range []struct {
 		name        string
 		ring, check interface {
@@ -120,7 +121,7 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 	}{
 		{"Data attacher->owner", r.Data, m.Data},
 		{"Space attacher->owner", r.Space, m.Space},
-		{"Data owner->attacher", m.Data, r.Data},
+		{"Data owner->owner", m.Data, m.Data},
 	} {
 		if bell.check.TryConsume() {
 			t.Fatalf("%s: rung before the test rang it", bell.name)
@@ -134,6 +135,12 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 	}
 	if m.Data.TryConsume() || m.Space.TryConsume() {
 		t.Error("a doorbell is still rung after being consumed")
+	}
+	if err := r.Data.Ring(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Data.TryConsume() || !m.Data.TryConsume() {
+		t.Error("the attacher consumed a ring meant for the owner")
 	}
 
 	// A second attachment is a separate mapping of the same memory.

@@ -8,6 +8,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/smcloop/smcloop/internal/peercred"
 	"github.com/smcloop/smcloop/shm"
@@ -77,9 +81,13 @@ type Device struct {
 	peers   map[GID]*peerConn
 	onEvent func(from GID, code uint32, info uint64)
 
-	wg sync.WaitGroup // accept loop and serving goroutines
+	watch peerWatch // the end of our connections to peer devices (attach.go)
+
+	wg sync.WaitGroup // accept loop, serving goroutines and the peer watch
 
 	dmbsCreated, attachesServed, attachesMade, registerFailures atomic.Uint64
+
+	shortAt atomic.Int64 // unix ns of the last descriptor shortage (ReserveAttach)
 }
 
 // Open creates a device with a fresh random GID and starts serving attach requests.
@@ -213,6 +221,7 @@ func (d *Device) RegisterDMB(size int) (*DMB, error) {
 	}
 	if err != nil {
 		d.used[idx] = false
+		d.noteShortage(err)
 		return nil, err
 	}
 	for {
@@ -267,6 +276,77 @@ func (m *DMB) release() {
 	}
 }
 
+// attachFds is the number of descriptors AttachDMB holds at its peak over a device
+// connection that is up: the memfd and the two doorbells the owner passes.
+const attachFds = 3
+
+// shortageHold is how long after running short of descriptors a device keeps making
+// real reservations in ReserveAttach.
+const shortageHold = 10 * time.Second
+
+// Reservation is room for one AttachDMB held in the process's descriptor table (see
+// ReserveAttach). The zero value holds nothing.
+type Reservation struct {
+	fds [attachFds]int
+	n   int
+}
+
+// Release gives the room back. It is idempotent.
+func (r *Reservation) Release() {
+	closeFds(r.fds[:r.n])
+	r.n = 0
+}
+
+// ReserveAttach holds room for one AttachDMB until Release. A server needs it: it
+// attaches the client's DMB after the client's Confirm, when the handshake can no longer
+// decline, so it reserves the room before it sends its Accept, declines with MEM if there
+// is none, and releases it just before the attach. Another goroutine may still take the
+// room in between: the reservation makes an attach that fails for want of descriptors
+// unlikely, not impossible.
+//
+// Reserving costs six system calls, so a device reserves for real only within
+// shortageHold of having run short of descriptors (a DMB it could not create, a
+// reservation it could not make); otherwise ReserveAttach returns an empty Reservation
+// at no cost.
+func (d *Device) ReserveAttach() (Reservation, error) {
+	var r Reservation
+	if t := d.shortAt.Load(); t == 0 || time.Since(time.Unix(0, t)) > shortageHold {
+		return r, nil
+	}
+	rc, err := d.ln.SyscallConn()
+	if err != nil {
+		return r, ErrClosed
+	}
+	var derr error
+	if err := rc.Control(func(fd uintptr) {
+		for r.n < len(r.fds) {
+			nfd, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				derr = err
+				return
+			}
+			r.fds[r.n] = nfd
+			r.n++
+		}
+	}); err != nil {
+		r.Release()
+		return r, ErrClosed
+	}
+	if derr != nil {
+		r.Release()
+		d.noteShortage(derr)
+		return r, fmt.Errorf("ism: reserving descriptors for an attach: fcntl F_DUPFD_CLOEXEC: %w", derr)
+	}
+	return r, nil
+}
+
+// noteShortage records err if it says the process or the system is out of descriptors.
+func (d *Device) noteShortage(err error) {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		d.shortAt.Store(time.Now().UnixNano())
+	}
+}
+
 // UnregisterDMB removes the DMB from the device and frees this process's hold on its
 // memory and doorbells. Peers that attached it keep their mapping until they detach.
 func (d *Device) UnregisterDMB(m *DMB) {
@@ -298,6 +378,7 @@ func (d *Device) Close() error {
 	d.dmbs = map[uint64]*DMB{}
 	d.mu.Unlock()
 
+	d.stopWatch()
 	d.wg.Wait()
 	for _, p := range peers {
 		p.close()

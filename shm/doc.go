@@ -25,20 +25,28 @@
 //
 // # Doorbells
 //
-// A [Doorbell] is an eventfd opened EFD_NONBLOCK|EFD_CLOEXEC and wrapped with
-// os.NewFile, which puts it on the Go runtime poller: a goroutine blocked in
-// [Doorbell.Wait] holds no OS thread, honours [Doorbell.SetDeadline], and is
-// released by [Doorbell.Close]. [Doorbell.Ring] adds one to the eventfd counter
-// with a single write; [Doorbell.Wait] and [Doorbell.TryConsume] read the
-// counter, which resets it, so any number of rings between two reads coalesce
-// into one wake-up. Ring, Wait and TryConsume do not allocate.
+// A [Doorbell] is a connected AF_UNIX SOCK_SEQPACKET socket pair. Its owner keeps
+// one end to itself and waits on it through the Go runtime poller: a goroutine
+// blocked in [Doorbell.Wait] holds no OS thread, honours [Doorbell.SetDeadline],
+// and is released by [Doorbell.Close]. The other end ([Doorbell.Fd]) goes to
+// peers, who wrap it with [DoorbellFromFd] and ring by sending one message with
+// MSG_DONTWAIT; the owner rings its own doorbell without a system call, by
+// moving the read deadline of its end into the past. [Doorbell.Wait] and
+// [Doorbell.TryConsume] take every queued ring at once, so any number of rings
+// between two waits coalesce into one wake-up. Ring, Wait and TryConsume do not
+// allocate.
+//
+// No call can block whatever a peer does to a descriptor it shares with us: a
+// descriptor passed with SCM_RIGHTS shares its open file description, and so its
+// O_NONBLOCK flag, with the peer, so every send and receive asks for
+// MSG_DONTWAIT itself, and the owner never makes a system call on the end peers
+// hold (an eventfd, which doorbells used to be, had to be written through the
+// shared description: a peer that made it blocking and saturated its counter
+// froze the writer). See doorbell_linux.go for the details.
 //
 // Doorbells carry no data. The rule for when a producer needs to ring at all
 // (the sleeper announces itself in shared memory, re-checks, then waits) is
 // the business of the layer that owns the shared cursors.
-//
-// The raw eventfd ([Doorbell.Fd]) is kept from creation: os.File.Fd would
-// switch the descriptor back to blocking mode and take it off the poller.
 //
 // # Passing descriptors
 //
@@ -56,6 +64,6 @@
 //
 // # Platforms
 //
-// Everything here needs Linux (memfd, seals, eventfd, SO_PEERCRED). On other
+// Everything here needs Linux (memfd, seals, recvmmsg, SO_PEERCRED). On other
 // systems the package builds, and every constructor returns [ErrUnsupported].
 package shm

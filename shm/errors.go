@@ -22,9 +22,15 @@ var (
 	ErrSizeMismatch = errors.New("shm: memfd size mismatch")
 )
 
-// ErrNotEventfd is returned by [DoorbellFromFd] for a descriptor that is not
-// an eventfd.
-var ErrNotEventfd = errors.New("shm: not an eventfd")
+// ErrNotDoorbell is returned by [DoorbellFromFd] for a descriptor that is not
+// the ringing end of a doorbell.
+var ErrNotDoorbell = errors.New("shm: not a doorbell")
+
+// ErrNotEventfd is the former name of [ErrNotDoorbell], from when doorbells
+// were eventfds.
+//
+// Deprecated: use ErrNotDoorbell.
+var ErrNotEventfd = ErrNotDoorbell
 
 // Errors from [RecvFds].
 var (

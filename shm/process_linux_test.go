@@ -9,12 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/smcloop/smcloop/shm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/smcloop/smcloop/shm"
 )
 
 // helperEnv makes the re-executed test binary act as the peer process of
-// TestCrossProcess.
+// TestCrossProcess ("1") or of TestCrossProcessBlockingPeer ("blocking").
 const helperEnv = "SHM_TEST_HELPER_PROCESS"
 
 // helperSocketFd is where the child finds its end of the socketpair
@@ -28,33 +31,8 @@ func pattern(i int) byte { return byte(i*13 + 5) }
 // doorbell from this process, writes into the region and rings, then sends a
 // doorbell of its own and waits for this process to ring it.
 func TestCrossProcess(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("socketpair: %v", err)
-	}
-	conn := fileConn(t, fds[0])
-	childEnd := os.NewFile(uintptr(fds[1]), "socket")
-
-	var out bytes.Buffer
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
-	cmd.ExtraFiles = []*os.File{childEnd}
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Start()
-	childEnd.Close()
-	if err != nil {
-		t.Fatalf("starting the child: %v", err)
-	}
-	var exitErr error
-	exited := make(chan struct{})
-	go func() {
-		exitErr = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill() // fails harmlessly once the child has exited
-		<-exited
-	})
+	c := startHelper(t, "TestHelperProcess", "1")
+	conn, exited, out := c.conn, c.exited, c.out
 
 	size := 16 * page
 	r := newRegion(t, "shm-test-xproc", size)
@@ -76,7 +54,7 @@ func TestCrossProcess(t *testing.T) {
 		// The child cannot exit successfully before it has been rung back.
 		d.Close()
 		<-rung
-		t.Fatalf("child exited before ringing: %v\n%s", exitErr, out.String())
+		t.Fatalf("child exited before ringing: %v\n%s", c.exitErr, out.String())
 	}
 	b := r.Bytes()
 	for i := 8; i < size; i++ {
@@ -99,9 +77,127 @@ func TestCrossProcess(t *testing.T) {
 		t.Fatalf("ringing the child: %v", err)
 	}
 	<-exited
-	if exitErr != nil {
-		t.Fatalf("child: %v\n%s", exitErr, out.String())
+	if c.exitErr != nil {
+		t.Fatalf("child: %v\n%s", c.exitErr, out.String())
 	}
+}
+
+// helper is a child process started by startHelper.
+type helper struct {
+	conn    *net.UnixConn // this end of a SOCK_SEQPACKET socketpair with the child
+	out     *bytes.Buffer // the child's output; read it only once the child exited
+	exited  chan struct{} // closed once the child has been waited for
+	exitErr error         // set before exited closes
+}
+
+// startHelper runs the test binary again as a child that runs only the test named run,
+// with helperEnv set to mode, and gives it the other end of conn. The child is killed
+// (if still running) and waited for when the test ends.
+func startHelper(t *testing.T, run, mode string) *helper {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err, "socketpair")
+	h := &helper{conn: fileConn(t, fds[0]), out: new(bytes.Buffer), exited: make(chan struct{})}
+	childEnd := os.NewFile(uintptr(fds[1]), "socket")
+	cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.v")
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	cmd.ExtraFiles = []*os.File{childEnd}
+	cmd.Stdout, cmd.Stderr = h.out, h.out
+	err = cmd.Start()
+	childEnd.Close()
+	require.NoError(t, err, "starting the child")
+	go func() {
+		h.exitErr = cmd.Wait()
+		close(h.exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill() // fails harmlessly once the child has exited
+		<-h.exited
+	})
+	return h
+}
+
+// helperConn is the child's end of its socketpair with the test process.
+func helperConn(t *testing.T) *net.UnixConn {
+	t.Helper()
+	f := os.NewFile(helperSocketFd, "socket")
+	c, err := net.FileConn(f)
+	f.Close()
+	require.NoError(t, err, "FileConn")
+	return c.(*net.UnixConn)
+}
+
+// TestCrossProcessBlockingPeer: a child process receives this process's doorbell and
+// turns hostile: it clears O_NONBLOCK on the ringing end (on the open file description
+// both processes share), fills it, and leaves a thread blocked in a send on it. Rings,
+// the owner's and a peer's, still return at once, and the owner still wakes.
+func TestCrossProcessBlockingPeer(t *testing.T) {
+	c := startHelper(t, "TestHelperBlockingPeer", "blocking")
+	d := newDoorbell(t)
+	p := peerBell(t, d)
+	require.NoError(t, shm.SendFds(c.conn, []byte("bell"), d.Fd()))
+
+	buf := make([]byte, 64)
+	n, _, err := shm.RecvFds(c.conn, buf, 0)
+	require.NoError(t, err, "waiting for the child's report")
+	require.Equal(t, "blocking", string(buf[:n]), "the child's report")
+	fl, err := unix.FcntlInt(uintptr(d.Fd()), unix.F_GETFL, 0)
+	require.NoError(t, err)
+	require.Zero(t, fl&unix.O_NONBLOCK, "the child's fcntl did not reach the shared description")
+
+	within(t, "rings on a doorbell a peer made blocking and full", func() {
+		for range 10000 {
+			if !assert.NoError(t, p.Ring()) || !assert.NoError(t, d.Ring()) {
+				return
+			}
+		}
+	})
+	within(t, "Wait", func() { assert.NoError(t, d.Wait()) })
+	within(t, "taking the queued rings", func() { drainAll(t, d) })
+
+	// Closing the doorbell ends the child's blocked send; the child then exits.
+	require.NoError(t, d.Close())
+	require.NoError(t, p.Ring(), "a ring after the owner closed")
+	c.conn.Close()
+	select {
+	case <-c.exited:
+	case <-time.After(watchdog):
+		t.Fatal("the child did not exit")
+	}
+	require.NoError(t, c.exitErr, "child:\n%s", c.out)
+}
+
+// TestHelperBlockingPeer is the child of TestCrossProcessBlockingPeer; run directly it
+// skips.
+func TestHelperBlockingPeer(t *testing.T) {
+	if os.Getenv(helperEnv) != "blocking" {
+		t.Skip("child process of TestCrossProcessBlockingPeer")
+	}
+	conn := helperConn(t)
+	defer conn.Close()
+	buf := make([]byte, 16)
+	_, fds, err := shm.RecvFds(conn, buf, 1)
+	require.NoError(t, err)
+	require.Len(t, fds, 1)
+	bell := fds[0]
+	setBlocking(t, bell)
+	fill(t, bell)
+	sent := make(chan error, 1)
+	go func() {
+		for {
+			err := unix.Send(bell, []byte{1}, unix.MSG_NOSIGNAL) // blocks: the end is full
+			if err != unix.EINTR {
+				sent <- err
+				return
+			}
+		}
+	}()
+	require.NoError(t, shm.SendFds(conn, []byte("blocking")))
+	// The parent closes its doorbell, which ends the blocked send, then hangs up.
+	err = <-sent
+	assert.True(t, err == nil || err == unix.EPIPE, "the blocked send ended with %v", err)
+	n, err := conn.Read(buf)
+	assert.True(t, n == 0 || err != nil, "the parent said %q", buf[:n])
 }
 
 // TestHelperProcess is the child of TestCrossProcess; run directly it skips.
@@ -109,13 +205,7 @@ func TestHelperProcess(t *testing.T) {
 	if os.Getenv(helperEnv) != "1" {
 		t.Skip("child process of TestCrossProcess")
 	}
-	f := os.NewFile(helperSocketFd, "socket")
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		t.Fatalf("FileConn: %v", err)
-	}
-	conn := c.(*net.UnixConn)
+	conn := helperConn(t)
 	defer conn.Close()
 
 	cred, err := shm.PeerCred(conn)

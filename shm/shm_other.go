@@ -35,7 +35,7 @@ func (r *Region) Size() int { return 0 }
 // Close returns nil.
 func (r *Region) Close() error { return nil }
 
-// Doorbell is an eventfd on the runtime poller. It exists only on Linux.
+// Doorbell is a wake-up between processes. It exists only on Linux.
 type Doorbell struct{}
 
 // NewDoorbell returns ErrUnsupported.
