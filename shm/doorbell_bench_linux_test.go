@@ -76,4 +76,3 @@ func BenchmarkDoorbellPeerRingTryConsume(b *testing.B) {
 		}
 	}
 }
-

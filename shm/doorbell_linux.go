@@ -330,9 +330,9 @@ func (d *Doorbell) takeKick() bool {
 
 // Why the poller ended a Wait with a timeout.
 const (
-	woken    = iota // the owner's own ring, now taken
-	expired         // the deadline set by SetDeadline passed (a ring is left for later)
-	takenAway       // neither: another goroutine took the ring meanwhile; wait on
+	woken     = iota // the owner's own ring, now taken
+	expired          // the deadline set by SetDeadline passed (a ring is left for later)
+	takenAway        // neither: another goroutine took the ring meanwhile; wait on
 )
 
 func (d *Doorbell) timeoutCause() int {
