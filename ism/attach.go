@@ -19,17 +19,20 @@ import (
 // The device socket carries fixed 40-byte little-endian messages on a SOCK_SEQPACKET
 // unix socket (host-local, so one byte order is enough):
 //
-//	request: magic u32 | version u16 | op u16 | token u64 | size u32 | reserved u32 | sender GID 2×u64
-//	reply:   magic u32 | version u16 | status u16 | token u64 | size u32 | reserved u32 | zero
+//	request: magic u32 | version u16 | op u16 | token u64 | size u32 | flags u32 | sender GID 2×u64
+//	reply:   magic u32 | version u16 | status u16 | token u64 | size u32 | index u32 | offset u64 | zero u64
 //
-// A successful attach reply carries three fds: the DMB memfd, its data doorbell and its
-// space doorbell. An event request carries an ISM software event (code in size, info in
-// token) from the sender's device. The magic and version are checked on every message,
-// so devices of an incompatible layout refuse each other instead of misreading shared
+// A successful attach reply carries the memfd of the slab that holds the DMB (slab.go):
+// the DMB is the size bytes at offset, and index is its slot on the device, which names
+// it in the signal channel (signal.go). An attach request with flagNeedSignal set asks
+// for the signal channel too: the reply then also carries the socket end and the
+// bitmap. An event request carries an ISM software event (code in size, info in token)
+// from the sender's device. The magic and version are checked on every message, so
+// devices of an incompatible layout refuse each other instead of misreading shared
 // memory. Every exchange has a deadline: a hung peer device cannot hang us.
 const (
 	wireMagic   = 0x534d4344 // "SMCD"
-	wireVersion = 1
+	wireVersion = 2
 	wireLen     = 40
 
 	opQuery  = 1
@@ -48,7 +51,8 @@ type wireMsg struct {
 	op    uint16 // request op or reply status
 	token uint64
 	size  uint32
-	from  GID // sender of a request
+	aux   uint32 // request: flags; attach reply: the DMB's index
+	from  GID    // request: the sender; attach reply: Hi is the DMB's offset in the slab
 }
 
 func (m wireMsg) marshal() []byte {
@@ -58,6 +62,7 @@ func (m wireMsg) marshal() []byte {
 	binary.LittleEndian.PutUint16(b[6:], m.op)
 	binary.LittleEndian.PutUint64(b[8:], m.token)
 	binary.LittleEndian.PutUint32(b[16:], m.size)
+	binary.LittleEndian.PutUint32(b[20:], m.aux)
 	binary.LittleEndian.PutUint64(b[24:], m.from.Hi)
 	binary.LittleEndian.PutUint64(b[32:], m.from.Ext)
 	return b
@@ -74,6 +79,7 @@ func parseWire(b []byte) (wireMsg, error) {
 		op:    binary.LittleEndian.Uint16(b[6:]),
 		token: binary.LittleEndian.Uint64(b[8:]),
 		size:  binary.LittleEndian.Uint32(b[16:]),
+		aux:   binary.LittleEndian.Uint32(b[20:]),
 		from:  GID{binary.LittleEndian.Uint64(b[24:]), binary.LittleEndian.Uint64(b[32:])},
 	}, nil
 }
@@ -113,13 +119,20 @@ func (d *Device) acceptLoop() {
 func (d *Device) serve(c *net.UnixConn) {
 	defer d.wg.Done()
 	var from GID
+	var sig *sigRecv // the peer's signal channel, made with its first attach
 	defer func() {
 		d.mu.Lock()
 		delete(d.serving, c)
+		if sig != nil {
+			delete(d.sigs, sig)
+		}
 		closed := d.closed
 		h := d.onEvent
 		d.mu.Unlock()
 		c.Close()
+		if sig != nil {
+			sig.close()
+		}
 		if !closed && !from.IsZero() {
 			d.dropPeer(from)
 			if h != nil {
@@ -146,7 +159,7 @@ func (d *Device) serve(c *net.UnixConn) {
 			from = req.from
 		}
 		req.from = from
-		if err := d.answer(c, req); err != nil {
+		if err := d.answer(c, req, &sig); err != nil {
 			return
 		}
 	}
@@ -163,7 +176,9 @@ func (d *Device) dropPeer(g GID) {
 	}
 }
 
-func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
+// answer answers one request of the verified peer device req.from. *sig is the
+// connection's signal channel, made here on the first attach that asks for it.
+func (d *Device) answer(c *net.UnixConn, req wireMsg, sig **sigRecv) error {
 	switch req.op {
 	case opQuery:
 		_, err := c.Write(wireMsg{op: statusOK}.marshal())
@@ -193,9 +208,28 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg) error {
 		case int(req.size) != m.Size():
 			rep = wireMsg{op: statusBadSize, token: req.token, size: uint32(m.Size())}
 		default:
-			rep = wireMsg{op: statusOK, token: req.token, size: uint32(m.Size())}
+			rep = wireMsg{op: statusOK, token: req.token, size: uint32(m.Size()), aux: uint32(m.index),
+				from: GID{Hi: uint64(m.slot) * uint64(m.Size())}}
 			var err error
-			if fds, err = dupFds(m.region.Fd(), m.Data.Fd(), m.Space.Fd()); err != nil {
+			want := []int{m.slab.memfd}
+			if req.aux&flagNeedSignal != 0 {
+				if *sig == nil {
+					if s, serr := d.newSigRecv(req.from); serr == nil {
+						*sig = s
+						d.sigs[s] = struct{}{}
+					} else {
+						err = serr
+					}
+				}
+				if *sig != nil {
+					want = append(want, (*sig).remote, (*sig).memfd)
+				}
+			}
+			if err == nil {
+				fds, err = dupFds(want...)
+			}
+			if err != nil {
+				d.noteShortage(err)
 				rep = wireMsg{op: statusBadOp, token: req.token}
 			}
 		}
@@ -231,6 +265,7 @@ type peerConn struct {
 	dead bool         // dropped from the device's table
 	gone atomic.Bool  // the device hung up on us (peerHungUp, which does not take mu)
 	pid  atomic.Int32 // the remote device's process, once dialled (auth.go)
+	sig  *sigSend     // the device's signal channel over c, from our first attach
 }
 
 func (p *peerConn) close() {
@@ -247,6 +282,10 @@ func (p *peerConn) closeConnLocked() {
 		p.d.watch.forget(p.id)
 		p.c.Close()
 		p.c, p.id = nil, 0
+	}
+	if p.sig != nil {
+		p.sig.put() // the device drops the channel with the connection
+		p.sig = nil
 	}
 }
 
@@ -293,10 +332,25 @@ func (p *peerConn) dialLocked(g GID) error {
 // roundTrip sends req and reads the reply with up to maxFds fds. On an I/O error the
 // connection is dropped and, once, redialled: the remote device may have restarted.
 func (d *Device) roundTrip(g GID, req wireMsg, maxFds int) (wireMsg, []int, error) {
+	var fds []int
+	rep, err := d.roundTripSig(g, req, maxFds, func(_ wireMsg, got []int, _ *sigSend) error {
+		fds = got
+		return nil
+	})
+	return rep, fds, err
+}
+
+// roundTripSig sends req and hands the reply and its fds to take, with p.mu held. For an
+// attach it first asks for the device's signal channel if the connection has none yet,
+// installs it from a successful reply, and gives take a reference to it and the slab's
+// memfd alone; take owns them. If take fails, a signal channel that came with this reply
+// is dropped again, so a failed attach leaves nothing behind.
+func (d *Device) roundTripSig(g GID, req wireMsg, maxFds int, take func(rep wireMsg, fds []int, sig *sigSend) error) (wireMsg, error) {
+	attach := req.op == opAttach
 	req.from = d.gid
 	p, err := d.peer(g)
 	if err != nil {
-		return wireMsg{}, nil, err
+		return wireMsg{}, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -308,21 +362,70 @@ func (d *Device) roundTrip(g GID, req wireMsg, maxFds int) (wireMsg, []int, erro
 				delete(d.peers, g) // the device is gone: keep no entry for it
 			}
 			d.mu.Unlock()
-			return wireMsg{}, nil, err
+			return wireMsg{}, err
 		}
 		if p.id == 0 {
 			// Dialled here or by a claim check (auth.go): from now on its end is
 			// watched.
 			p.id = d.watchPeer(g, p, p.c)
 		}
-		rep, fds, err := exchange(p.c, req, maxFds)
-		if err == nil {
-			return rep, fds, nil
+		if attach {
+			req.aux = 0
+			if p.sig == nil {
+				req.aux = flagNeedSignal
+			}
 		}
-		p.closeConnLocked()
-		lastErr = err
+		rep, fds, err := exchange(p.c, req, maxFds)
+		if err != nil {
+			p.closeConnLocked()
+			lastErr = err
+			continue
+		}
+		var sig *sigSend
+		fresh := p.sig == nil
+		if attach && rep.op == statusOK {
+			sig, fds, err = p.takeSignal(req, fds)
+			if err != nil {
+				err = fmt.Errorf("ism: attach reply from %s: %w", g, err)
+			}
+		}
+		if err == nil {
+			if err = take(rep, fds, sig); err != nil && sig != nil && fresh {
+				p.sig.put()
+				p.sig = nil
+			}
+		}
+		if p.gone.Load() {
+			// The watch saw the device hang up meanwhile and left the connection to us.
+			p.closeConnLocked()
+		}
+		return rep, err
 	}
-	return wireMsg{}, nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, g, lastErr)
+	return wireMsg{}, fmt.Errorf("%w: %s: %v", ErrUnreachable, g, lastErr)
+}
+
+// takeSignal installs the signal channel an attach reply carries, if req asked for one,
+// and returns it with a reference for the caller, and the reply's other fds. p.mu is
+// held.
+func (p *peerConn) takeSignal(req wireMsg, fds []int) (*sigSend, []int, error) {
+	want := 1
+	if req.aux&flagNeedSignal != 0 {
+		want = 3
+	}
+	if len(fds) != want {
+		closeFds(fds)
+		return nil, nil, fmt.Errorf("%w: %d fds, want %d", errSigMalformed, len(fds), want)
+	}
+	if want == 3 {
+		s, err := newSigSend(fds[1], fds[2])
+		if err != nil {
+			closeFds(fds[:1])
+			return nil, nil, err
+		}
+		p.sig = s
+	}
+	p.sig.acquire()
+	return p.sig, fds[:1], nil
 }
 
 // The peer watch. Our connections to peer devices (peerConn), idle between requests,
@@ -470,6 +573,12 @@ func (d *Device) peerHungUp(id uint64) {
 	}
 	e.p.gone.Store(true)
 	e.c.Close()
+	if e.p.mu.TryLock() {
+		// No request in progress: drop the connection's hold on the signal channel now
+		// (a request in progress sees gone and does it).
+		e.p.closeConnLocked()
+		e.p.mu.Unlock()
+	}
 	d.mu.Lock()
 	if d.peers[e.g] == e.p {
 		delete(d.peers, e.g)
@@ -588,13 +697,17 @@ func (d *Device) SignalEvent(g GID, code uint32, info uint64) error {
 }
 
 // RemoteDMB is a peer's DMB mapped into this process (attach_dmb): the local side writes
-// into it and rings its doorbells.
+// into it and rings its doorbells. It holds no descriptor: the slab's memfd is closed
+// once the DMB is mapped, and the doorbells go through the peer device's signal channel,
+// shared by every DMB attached from that device.
 type RemoteDMB struct {
-	token  uint64
-	region *shm.Region
+	token uint64
+	mem   []byte
+	size  int
+	sig   *sigSend
 	// Data and Space are the owner's doorbells: ring Data after publishing data or close
 	// flags into the DMB, Space after consuming what the owner wrote into ours.
-	Data, Space *shm.Doorbell
+	Data, Space *RemoteBell
 	once        sync.Once
 }
 
@@ -602,15 +715,15 @@ type RemoteDMB struct {
 func (r *RemoteDMB) Token() uint64 { return r.token }
 
 // Bytes is the whole mapped DMB, CDC area included.
-func (r *RemoteDMB) Bytes() []byte { return r.region.Bytes() }
+func (r *RemoteDMB) Bytes() []byte { return r.mem }
 
 // Size is the DMB length.
-func (r *RemoteDMB) Size() int { return r.region.Size() }
+func (r *RemoteDMB) Size() int { return r.size }
 
 // MoveData copies p into the remote DMB at offset (move_data) and, if signal is set, rings
 // the owner's data doorbell. Out-of-range requests are refused, never clipped.
 func (r *RemoteDMB) MoveData(offset int, p []byte, signal bool) error {
-	mem := r.region.Bytes()
+	mem := r.mem
 	if offset < 0 || offset > len(mem) || len(p) > len(mem)-offset {
 		return fmt.Errorf("ism: move_data offset %d size %d outside DMB of %d bytes", offset, len(p), len(mem))
 	}
@@ -621,12 +734,13 @@ func (r *RemoteDMB) MoveData(offset int, p []byte, signal bool) error {
 	return nil
 }
 
-// Detach unmaps the DMB and drops the doorbells (detach_dmb). Idempotent.
+// Detach unmaps the DMB and drops its hold on the signal channel (detach_dmb).
+// Idempotent.
 func (r *RemoteDMB) Detach() {
 	r.once.Do(func() {
-		r.region.Close()
-		r.Data.Close()
-		r.Space.Close()
+		unix.Munmap(r.mem)
+		r.mem = nil
+		r.sig.put()
 	})
 }
 
@@ -635,34 +749,30 @@ func (d *Device) AttachDMB(g GID, token uint64, size int) (*RemoteDMB, error) {
 	if !ValidDMBSize(size) {
 		return nil, fmt.Errorf("ism: attach of DMB with invalid size %d", size)
 	}
-	rep, fds, err := d.roundTrip(g, wireMsg{op: opAttach, token: token, size: uint32(size)}, 3)
+	var r *RemoteDMB
+	_, err := d.roundTripSig(g, wireMsg{op: opAttach, token: token, size: uint32(size)}, 3, func(rep wireMsg, fds []int, sig *sigSend) error {
+		defer closeFds(fds)
+		switch {
+		case rep.op == statusNoDMB:
+			return fmt.Errorf("%w: token %#x on %s", ErrNoDMB, token, g)
+		case rep.op != statusOK:
+			return fmt.Errorf("ism: attach of %#x on %s refused with status %d (size %d)", token, g, rep.op, rep.size)
+		}
+		if rep.token != token || int(rep.size) != size || int(rep.aux) >= sig.max {
+			sig.put()
+			return fmt.Errorf("ism: malformed attach reply from %s (token %#x, size %d, index %d)", g, rep.token, rep.size, rep.aux)
+		}
+		mem, err := mapSealed(fds[0], int64(rep.from.Hi), size)
+		if err != nil {
+			sig.put()
+			return err
+		}
+		idx := int(rep.aux)
+		r = &RemoteDMB{token: token, mem: mem, size: size, sig: sig,
+			Data: &RemoteBell{sig, idx, sigKindData}, Space: &RemoteBell{sig, idx, sigKindSpace}}
+		return nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	switch {
-	case rep.op == statusNoDMB:
-		closeFds(fds)
-		return nil, fmt.Errorf("%w: token %#x on %s", ErrNoDMB, token, g)
-	case rep.op != statusOK:
-		closeFds(fds)
-		return nil, fmt.Errorf("ism: attach of %#x on %s refused with status %d (size %d)", token, g, rep.op, rep.size)
-	case len(fds) != 3 || rep.token != token || int(rep.size) != size:
-		closeFds(fds)
-		return nil, fmt.Errorf("ism: malformed attach reply from %s (%d fds, token %#x, size %d)", g, len(fds), rep.token, rep.size)
-	}
-	r := &RemoteDMB{token: token}
-	if r.region, err = shm.MapRegion(fds[0], size); err != nil {
-		closeFds(fds[1:])
-		return nil, err
-	}
-	if r.Data, err = shm.DoorbellFromFd(fds[1]); err != nil {
-		r.region.Close()
-		syscall.Close(fds[2])
-		return nil, err
-	}
-	if r.Space, err = shm.DoorbellFromFd(fds[2]); err != nil {
-		r.region.Close()
-		r.Data.Close()
 		return nil, err
 	}
 	d.attachesMade.Add(1)

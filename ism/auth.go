@@ -75,19 +75,5 @@ func (d *Device) devicePID(g GID) (int32, bool) {
 	return cred.Pid, true
 }
 
-// RegisterDMBFor is RegisterDMB for a DMB that only the device peer may attach: the
-// link group's peer, to which the token is sent in CLC. It never changes hands.
-func (d *Device) RegisterDMBFor(size int, peer GID) (*DMB, error) {
-	m, err := d.RegisterDMB(size)
-	if err != nil {
-		return nil, err
-	}
-	// The token has not left this process yet, so nobody can attach before the bind.
-	d.mu.Lock()
-	m.peer = peer
-	d.mu.Unlock()
-	return m, nil
-}
-
-// mayAttach reports whether the device from may attach m; d.mu is held.
+// mayAttach reports whether the device from may attach m (m.peer never changes).
 func (m *DMB) mayAttach(from GID) bool { return m.peer.IsZero() || m.peer == from }

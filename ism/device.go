@@ -2,6 +2,7 @@ package ism
 
 import (
 	"crypto/rand"
+	"os"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/smcloop/smcloop/internal/peercred"
-	"github.com/smcloop/smcloop/shm"
 )
 
 // CHIDLoopback is the CHID that Linux reserves for loopback-ism (SMC_LO_RESERVED_CHID); the
@@ -61,7 +61,7 @@ type Config struct {
 // Stats are device-wide counters.
 type Stats struct {
 	DMBsRegistered   int    // currently registered
-	DMBsCreated      uint64 // memfd regions created in total
+	DMBsCreated      uint64 // DMBs created in total
 	AttachesServed   uint64 // DMBs handed to peers
 	AttachesMade     uint64 // peer DMBs mapped
 	RegisterFailures uint64 // register_dmb refused for the DMB limit
@@ -77,6 +77,9 @@ type Device struct {
 	closed  bool
 	dmbs    map[uint64]*DMB // by token
 	used    []bool          // DMB index bitmap (sba_idx)
+	byIndex []atomic.Pointer[DMB]
+	slabs   map[slabKey][]*slab     // DMB memory (slab.go)
+	sigs    map[*sigRecv]struct{}   // peers' signal channels (signal.go)
 	serving map[*net.UnixConn]struct{}
 	peers   map[GID]*peerConn
 	onEvent func(from GID, code uint32, info uint64)
@@ -98,10 +101,16 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.MaxDMBs == 0 {
 		cfg.MaxDMBs = DefaultMaxDMBs
 	}
+	if cfg.MaxDMBs > MaxDMBsLimit {
+		return nil, fmt.Errorf("ism: MaxDMBs %d is above the limit of %d", cfg.MaxDMBs, MaxDMBsLimit)
+	}
 	d := &Device{
 		maxDMBs: cfg.MaxDMBs,
 		dmbs:    make(map[uint64]*DMB),
 		used:    make([]bool, cfg.MaxDMBs),
+		byIndex: make([]atomic.Pointer[DMB], cfg.MaxDMBs),
+		slabs:   make(map[slabKey][]*slab),
+		sigs:    make(map[*sigRecv]struct{}),
 		serving: make(map[*net.UnixConn]struct{}),
 		peers:   make(map[GID]*peerConn),
 	}
@@ -163,13 +172,19 @@ func ValidDMBSize(size int) bool {
 }
 
 // DMB is a registered DMB owned by this process: peers write into it, the owner reads.
+// Its memory is a slot of a slab (slab.go); it holds no descriptor of its own.
 type DMB struct {
-	token  uint64
-	index  int
-	region *shm.Region
-	// Data is rung by the peer when it published data or close flags; Space when it
-	// consumed data the owner wrote into the peer's DMB. The owner waits on both.
-	Data, Space *shm.Doorbell
+	token uint64
+	index int
+	mem   []byte
+	size  int
+	slab  *slab
+	slot  int
+	// Data is rung when the peer published data or close flags; Space when it consumed
+	// data the owner wrote into the peer's DMB. The owner waits on both. The peer rings
+	// them through its device's signal channel (signal.go); the owner rings them itself
+	// to make its own sleeper look again.
+	Data, Space *Bell
 	dev         *Device
 	peer        GID // the only device that may attach it (RegisterDMBFor); zero: any
 }
@@ -181,14 +196,30 @@ func (m *DMB) Token() uint64 { return m.token }
 func (m *DMB) Index() int { return m.index }
 
 // Bytes is the whole DMB, the 32-byte CDC area included.
-func (m *DMB) Bytes() []byte { return m.region.Bytes() }
+func (m *DMB) Bytes() []byte { return m.mem }
 
 // Size is the DMB length in bytes.
-func (m *DMB) Size() int { return m.region.Size() }
+func (m *DMB) Size() int { return m.size }
 
-// RegisterDMB creates a DMB of size bytes (a valid DMB size) and registers it under a fresh
-// random token. It returns ErrNoSpace when the device's DMB limit is reached.
-func (d *Device) RegisterDMB(size int) (*DMB, error) {
+// RegisterDMB creates a DMB of size bytes (a valid DMB size) that any trusted device
+// may attach, and registers it under a fresh random token. It returns ErrNoSpace when the
+// device's DMB limit is reached.
+func (d *Device) RegisterDMB(size int) (*DMB, error) { return d.registerDMB(size, GID{}, 0) }
+
+// RegisterDMBFor is RegisterDMB for a DMB that only the device peer may attach: the
+// link group's peer, to which the token is sent in CLC. It never changes hands. Its
+// memory shares a slab only with other DMBs issued to peer.
+func (d *Device) RegisterDMBFor(size int, peer GID) (*DMB, error) {
+	return d.registerDMB(size, peer, 0)
+}
+
+// RegisterDMBPool is RegisterDMBFor for a DMB of pool: its memory shares a slab only
+// with DMBs of the same peer and pool, until RetirePool.
+func (d *Device) RegisterDMBPool(size int, peer GID, pool uint64) (*DMB, error) {
+	return d.registerDMB(size, peer, pool)
+}
+
+func (d *Device) registerDMB(size int, peer GID, pool uint64) (_ *DMB, err error) {
 	if !ValidDMBSize(size) {
 		return nil, fmt.Errorf("ism: DMB size %d is not 16 KiB << c with c <= %d", size, MaxSizeCode)
 	}
@@ -209,26 +240,40 @@ func (d *Device) RegisterDMB(size int) (*DMB, error) {
 		d.registerFailures.Add(1)
 		return nil, ErrNoSpace
 	}
-	d.used[idx] = true // reserve while allocating outside the lock
+	sl, slot, err := d.slabForLocked(peer, size, pool)
+	if err != nil {
+		d.mu.Unlock()
+		d.noteShortage(err)
+		return nil, err
+	}
+	// Reserve index and slot while mapping outside the lock; the slab's memfd stays open
+	// while it has a slot in use.
+	d.used[idx] = true
+	sl.used[slot] = true
+	sl.n++
+	dirty := sl.dirty[slot]
 	d.mu.Unlock()
 
-	m, err := newDMB(d, idx, size)
+	m := &DMB{index: idx, size: size, slab: sl, slot: slot, dev: d, peer: peer, Data: NewBell(), Space: NewBell()}
+	m.Data.poll, m.Space.poll = d.pollSignals, d.pollSignals
+	m.mem, err = reserveMemory(sl.memfd, int64(slot)*int64(size), size)
+	if err == nil && dirty {
+		clear(m.mem) // a DMB starts zeroed, as a new memfd's pages are
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err == nil && d.closed {
-		m.release()
 		err = ErrClosed
 	}
 	if err != nil {
-		d.used[idx] = false
+		d.freeLocked(m)
 		d.noteShortage(err)
 		return nil, err
 	}
 	for {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			d.used[idx] = false
-			m.release()
+			d.freeLocked(m)
 			return nil, fmt.Errorf("ism: random token: %w", err)
 		}
 		tok := binary.NativeEndian.Uint64(b[:])
@@ -238,42 +283,42 @@ func (d *Device) RegisterDMB(size int) (*DMB, error) {
 			break
 		}
 	}
+	d.byIndex[idx].Store(m)
 	d.dmbsCreated.Add(1)
 	return m, nil
 }
 
-// newDMB creates a DMB's memory and doorbells. On failure (out of descriptors, memory or
-// mappings) it releases whatever it made before and returns the error: the caller
-// declines the handshake (MEM) instead of failing the connection.
-func newDMB(d *Device, idx, size int) (_ *DMB, err error) {
-	m := &DMB{index: idx, dev: d}
-	defer func() {
-		if err != nil {
-			m.release() // m, not the nil result: what was made before the failure
-		}
-	}()
-	if m.region, err = shm.NewRegion("smcloop-dmb", size); err != nil {
-		return nil, fmt.Errorf("ism: DMB memory: %w", err)
+// reserveMemory allocates and maps the span [off, off+size) of a slab. The pages are
+// allocated now (fallocate), as the kernel allocates a DMB when it registers it: a
+// memory shortage is an error here, which the handshake turns into a decline (MEM),
+// rather than a fault later in the middle of a transfer.
+func reserveMemory(memfd int, off int64, size int) ([]byte, error) {
+	if err := unix.Fallocate(memfd, 0, off, int64(size)); err != nil {
+		return nil, fmt.Errorf("ism: DMB memory: %w", os.NewSyscallError("fallocate", err))
 	}
-	if m.Data, err = shm.NewDoorbell(); err != nil {
-		return nil, fmt.Errorf("ism: DMB doorbell: %w", err)
+	mem, err := unix.Mmap(memfd, off, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("ism: DMB memory: %w", os.NewSyscallError("mmap", err))
 	}
-	if m.Space, err = shm.NewDoorbell(); err != nil {
-		return nil, fmt.Errorf("ism: DMB doorbell: %w", err)
-	}
-	return m, nil
+	return mem, nil
 }
 
-func (m *DMB) release() {
-	if m.region != nil {
-		m.region.Close()
+// freeLocked gives back everything m holds: mapping, slot, index and bells. d.mu is held.
+func (d *Device) freeLocked(m *DMB) {
+	if m.mem != nil {
+		unix.Munmap(m.mem)
+		m.mem = nil
 	}
-	if m.Data != nil {
-		m.Data.Close()
+	if m.slab != nil {
+		d.freeSlotLocked(m.slab, m.slot)
+		m.slab = nil
 	}
-	if m.Space != nil {
-		m.Space.Close()
+	if d.byIndex[m.index].Load() == m {
+		d.byIndex[m.index].Store(nil)
 	}
+	d.used[m.index] = false
+	m.Data.Close()
+	m.Space.Close()
 }
 
 // attachFds is the number of descriptors AttachDMB holds at its peak over a device
@@ -348,15 +393,16 @@ func (d *Device) noteShortage(err error) {
 }
 
 // UnregisterDMB removes the DMB from the device and frees this process's hold on its
-// memory and doorbells. Peers that attached it keep their mapping until they detach.
+// memory and bells. Peers that attached it keep their mapping until they detach; the
+// memory goes back to the slab, punched out, so a later DMB in the slot starts zeroed.
 func (d *Device) UnregisterDMB(m *DMB) {
 	d.mu.Lock()
-	if cur, ok := d.dmbs[m.token]; ok && cur == m {
-		delete(d.dmbs, m.token)
-		d.used[m.index] = false
+	defer d.mu.Unlock()
+	if cur, ok := d.dmbs[m.token]; !ok || cur != m {
+		return // unregistered already, or by Close
 	}
-	d.mu.Unlock()
-	m.release()
+	delete(d.dmbs, m.token)
+	d.freeLocked(m)
 }
 
 // Close stops serving peers, drops cached peer connections and unregisters all DMBs.
@@ -374,18 +420,19 @@ func (d *Device) Close() error {
 	}
 	peers := d.peers
 	d.peers = map[GID]*peerConn{}
-	dmbs := d.dmbs
-	d.dmbs = map[uint64]*DMB{}
 	d.mu.Unlock()
 
 	d.stopWatch()
-	d.wg.Wait()
+	d.wg.Wait() // the serving goroutines have closed their signal channels
 	for _, p := range peers {
 		p.close()
 	}
-	for _, m := range dmbs {
-		m.release()
+	d.mu.Lock()
+	for tok, m := range d.dmbs {
+		delete(d.dmbs, tok)
+		d.freeLocked(m)
 	}
+	d.mu.Unlock()
 	return nil
 }
 

@@ -195,7 +195,7 @@ func TestCloseUnblocksWaitersAndRefusesWork(t *testing.T) {
 
 	waited := make(chan error, 1)
 	go func() { waited <- m.Data.Wait() }()
-	shmtest.WaitParkedInWait(t)
+	shmtest.WaitParkedIn(t, "[select", "ism.(*Bell).Wait(")
 
 	if err := d.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -19,15 +20,15 @@ import (
 // hand, so each test controls exactly what the real device receives.
 
 func TestWireLayout(t *testing.T) {
-	m := wireMsg{op: opAttach, token: 0x0102030405060708, size: 0x11223344, from: GID{0xA1A2A3A4A5A6A7A8, 0xB1B2B3B4B5B6B7B8}}
+	m := wireMsg{op: opAttach, token: 0x0102030405060708, size: 0x11223344, aux: flagNeedSignal, from: GID{0xA1A2A3A4A5A6A7A8, 0xB1B2B3B4B5B6B7B8}}
 	b := m.marshal()
 	want := []byte{
 		0x44, 0x43, 0x4d, 0x53, // magic "SMCD" as a little-endian u32
-		0x01, 0x00, // version 1
+		0x02, 0x00, // version 2
 		0x02, 0x00, // op attach
 		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // token
 		0x44, 0x33, 0x22, 0x11, // size
-		0, 0, 0, 0, // reserved
+		0x01, 0, 0, 0, // flags: need the signal channel
 		0xA8, 0xA7, 0xA6, 0xA5, 0xA4, 0xA3, 0xA2, 0xA1, // sender GID
 		0xB8, 0xB7, 0xB6, 0xB5, 0xB4, 0xB3, 0xB2, 0xB1, // sender GID extension
 	}
@@ -43,7 +44,7 @@ func TestWireLayout(t *testing.T) {
 		b[:wireLen-1],
 		append(append([]byte{}, b...), 0),
 		func() []byte { c := bytes.Clone(b); c[0] ^= 1; return c }(), // magic
-		func() []byte { c := bytes.Clone(b); c[4] = 2; return c }(),  // version
+		func() []byte { c := bytes.Clone(b); c[4] = 1; return c }(),  // version 1
 	} {
 		if _, err := parseWire(bad); err == nil {
 			t.Errorf("parseWire(% x) accepted", bad)
@@ -228,35 +229,61 @@ func TestAttachRefusesHostileReplies(t *testing.T) {
 	if err := unix.Ftruncate(unsealed, size); err != nil {
 		t.Fatal(err)
 	}
-	bell, err := shm.NewDoorbell()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bell.Close()
+	// A well-formed signal channel: a datagram socket end and a sealed bitmap.
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(pair[0])
+	defer unix.Close(pair[1])
+	seq, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(seq[0])
+	defer unix.Close(seq[1])
+	bitmap, err := newSealedMemfd("hostile-bitmap", int64(sigBitmapSize(DefaultMaxDMBs)))
+	require.NoError(t, err)
+	defer unix.Close(bitmap)
+	sock := pair[1]
+	page, err := newSealedMemfd("hostile-page", int64(os.Getpagesize()))
+	require.NoError(t, err)
+	defer unix.Close(page)
 
 	ok := func(req wireMsg) []byte { return wireMsg{op: statusOK, token: req.token, size: req.size}.marshal() }
+	at := func(index uint32, off uint64) func(req wireMsg) []byte {
+		return func(req wireMsg) []byte {
+			return wireMsg{op: statusOK, token: req.token, size: req.size, aux: index, from: GID{Hi: off}}.marshal()
+		}
+	}
 	for _, tc := range []struct {
 		name   string
 		reply  func(req wireMsg) ([]byte, []int)
 		reason error // nil: any error
 	}{
-		{"eventfd for memory", func(r wireMsg) ([]byte, []int) { return ok(r), []int{bell.Fd(), bell.Fd(), bell.Fd()} }, shm.ErrNotMemfd},
-		{"unsealed memfd", func(r wireMsg) ([]byte, []int) { return ok(r), []int{unsealed, bell.Fd(), bell.Fd()} }, shm.ErrNotSealed},
-		{"memfd smaller than claimed", func(r wireMsg) ([]byte, []int) { return ok(r), []int{small.Fd(), bell.Fd(), bell.Fd()} }, shm.ErrSizeMismatch},
-		{"memfd for a data doorbell", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), good.Fd(), bell.Fd()} }, shm.ErrNotEventfd},
-		{"memfd for a space doorbell", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), bell.Fd(), good.Fd()} }, shm.ErrNotEventfd},
-		{"two fds", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), bell.Fd()} }, nil},
-		{"no fds", func(r wireMsg) ([]byte, []int) { return ok(r), nil }, nil},
+		{"socket for memory", func(r wireMsg) ([]byte, []int) { return ok(r), []int{sock, sock, bitmap} }, shm.ErrNotMemfd},
+		{"unsealed memfd", func(r wireMsg) ([]byte, []int) { return ok(r), []int{unsealed, sock, bitmap} }, shm.ErrNotSealed},
+		{"memfd smaller than claimed", func(r wireMsg) ([]byte, []int) { return ok(r), []int{small.Fd(), sock, bitmap} }, shm.ErrSizeMismatch},
+		{"offset past the memfd", func(r wireMsg) ([]byte, []int) { return at(0, size)(r), []int{good.Fd(), sock, bitmap} }, shm.ErrSizeMismatch},
+		{"unaligned offset", func(r wireMsg) ([]byte, []int) { return at(0, 100)(r), []int{good.Fd(), sock, bitmap} }, shm.ErrSizeMismatch},
+		{"negative offset", func(r wireMsg) ([]byte, []int) { return at(0, 1<<63)(r), []int{good.Fd(), sock, bitmap} }, shm.ErrSizeMismatch},
+		{"index past the bitmap", func(r wireMsg) ([]byte, []int) { return at(1<<30, 0)(r), []int{good.Fd(), sock, bitmap} }, nil},
+		{"memfd for the signal socket", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), good.Fd(), bitmap} }, errSigMalformed},
+		{"stream signal socket", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), seq[1], bitmap} }, errSigMalformed},
+		{"socket for the bitmap", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), sock, sock} }, errSigMalformed},
+		{"unsealed bitmap", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), sock, unsealed} }, shm.ErrNotSealed},
+		{"index past a one-page bitmap", func(r wireMsg) ([]byte, []int) {
+			return at(uint32(sigMaxIndex(os.Getpagesize())), 0)(r), []int{good.Fd(), sock, page}
+		}, nil},
+		{"two fds", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), sock} }, errSigMalformed},
+		{"one fd", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd()} }, errSigMalformed},
+		{"no fds", func(r wireMsg) ([]byte, []int) { return ok(r), nil }, errSigMalformed},
 		{"other token", func(r wireMsg) ([]byte, []int) {
-			return wireMsg{op: statusOK, token: r.token + 1, size: r.size}.marshal(), []int{good.Fd(), bell.Fd(), bell.Fd()}
+			return wireMsg{op: statusOK, token: r.token + 1, size: r.size}.marshal(), []int{good.Fd(), sock, bitmap}
 		}, nil},
 		{"other size", func(r wireMsg) ([]byte, []int) {
-			return wireMsg{op: statusOK, token: r.token, size: r.size * 2}.marshal(), []int{good.Fd(), bell.Fd(), bell.Fd()}
+			return wireMsg{op: statusOK, token: r.token, size: r.size * 2}.marshal(), []int{good.Fd(), sock, bitmap}
 		}, nil},
 		{"NoDMB with fds", func(r wireMsg) ([]byte, []int) {
-			return wireMsg{op: statusNoDMB, token: r.token}.marshal(), []int{good.Fd(), bell.Fd(), bell.Fd()}
+			return wireMsg{op: statusNoDMB, token: r.token}.marshal(), []int{good.Fd(), sock, bitmap}
 		}, ErrNoDMB},
-		{"four fds", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), bell.Fd(), bell.Fd(), bell.Fd()} }, ErrUnreachable},
+		{"four fds", func(r wireMsg) ([]byte, []int) { return ok(r), []int{good.Fd(), sock, bitmap, sock} }, ErrUnreachable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := openTestDevice(t)

@@ -15,7 +15,7 @@
 //   - PublishCons publishes the consumer word and rings the peer's space doorbell only
 //     if the peer's writer sleeps;
 //   - Announce / Retract / Wait implement the sleeper's side: announce in shared memory,
-//     re-check, then block on the eventfd, so a busy producer never makes a syscall.
+//     re-check, then block on the DMB's bell, so a busy producer never makes a syscall.
 package smcd
 
 import (
@@ -25,7 +25,6 @@ import (
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/ism"
-	"github.com/smcloop/smcloop/shm"
 )
 
 // Wake bits, re-exported for the core.
@@ -186,7 +185,7 @@ func (l *Link) Retract(bit uint64) {
 	l.sleeping.And(^bit)
 }
 
-func (l *Link) bell(bit uint64) *shm.Doorbell {
+func (l *Link) bell(bit uint64) *ism.Bell {
 	if bit == cdc.WakeReader {
 		return l.rx.Data
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/ism"
-	"github.com/smcloop/smcloop/shm"
 	"github.com/smcloop/smcloop/smcd"
 )
 
@@ -309,7 +308,7 @@ func TestWaitDeadlineAndWakeLocal(t *testing.T) {
 	}
 	for _, s := range []struct {
 		bit   uint64
-		quiet *shm.Doorbell // the other side's doorbell, which must stay silent
+		quiet *ism.Bell // the other side's doorbell, which must stay silent
 	}{
 		{smcd.WakeReader, c.rxB.Space},
 		{smcd.WakeWriter, c.rxB.Data},

@@ -65,6 +65,7 @@ func Stats() BufferStats {
 type LinkGroup struct {
 	dev  *ism.Device
 	peer ism.GID
+	pool uint64 // the device pool of its DMBs, retired with the group
 	role Role
 	id   [4]byte
 
@@ -122,7 +123,7 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 	}
 	g.mu.Unlock()
 
-	m, err := g.dev.RegisterDMBFor(size, g.peer)
+	m, err := g.dev.RegisterDMBPool(size, g.peer, g.pool)
 	if err == nil {
 		bufStats.rmbAlloc.Add(1)
 		return m, false, nil
@@ -136,7 +137,7 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 	if g.table.releaseIdle() == 0 {
 		return nil, false, err
 	}
-	if m, err = g.dev.RegisterDMBFor(size, g.peer); err != nil {
+	if m, err = g.dev.RegisterDMBPool(size, g.peer, g.pool); err != nil {
 		return nil, false, err
 	}
 	bufStats.rmbAlloc.Add(1)
@@ -378,6 +379,9 @@ func (g *LinkGroup) Terminate(signal bool) {
 // TerminatePeerGone terminates every link group with the vanished peer device, both roles.
 func (g *LinkGroup) TerminatePeerGone() { g.table.TerminatePeer(g.peer) }
 
+// poolIDs numbers link groups' DMB pools.
+var poolIDs atomic.Uint64
+
 func shutdownInfo(id [4]byte, role Role) uint64 {
 	return uint64(binary.BigEndian.Uint32(id[:])) | uint64(role)<<32
 }
@@ -391,6 +395,9 @@ func (g *LinkGroup) retire() bool {
 		return false
 	}
 	g.dead = true
+	// The peer may still write into DMBs of ours it mapped: their slots must never go
+	// to another connection.
+	g.dev.RetirePool(g.peer, g.pool)
 	if g.sweep != nil {
 		g.sweep.Stop()
 		g.sweep = nil
@@ -500,7 +507,7 @@ func (t *Groups) create(peer ism.GID, role Role, id [4]byte, reuse bool) (*LinkG
 		}
 	}
 	g := &LinkGroup{
-		dev: t.dev, peer: peer, role: role, id: newID, table: t,
+		dev: t.dev, peer: peer, role: role, id: newID, table: t, pool: poolIDs.Add(1),
 		free: make(map[int][]idleDMB), remotes: make(map[uint64]*remoteDMB),
 	}
 	t.mu.Lock()

@@ -105,23 +105,23 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 		t.FailNow()
 	}
 	// All 8 are up at once, each on a DMB of its own on both sides: the peer (a fresh
-	// process) owns 8 DMBs and this process maps each of them; the peer maps 8 of ours.
-	peerFDs, peerMaps := dmbInodes(t, p.pid())
-	ourFDs, ourMaps := dmbInodes(t, 0)
-	var peersMappedHere, oursMappedThere int
+	// process) owns 8 DMBs, in slabs it holds one descriptor each for, and this process
+	// maps each of them; the peer maps 8 of ours. DMBs are 64 KiB (the default rmem).
+	const dmb = 64 << 10
+	peerFDs, _ := dmbInodes(t, p.pid())
+	ourFDs, _ := dmbInodes(t, 0)
+	peerMapped, ourMapped := dmbMapBytes(t, p.pid()), dmbMapBytes(t, 0)
+	var peersMappedHere, oursMappedThere, peerOwn int64
 	for ino := range peerFDs {
-		if ourMaps[ino] {
-			peersMappedHere++
-		}
+		peersMappedHere += ourMapped[ino]
+		peerOwn += peerMapped[ino]
 	}
-	for ino := range peerMaps {
-		if ourFDs[ino] {
-			oursMappedThere++
-		}
+	for ino := range ourFDs {
+		oursMappedThere += peerMapped[ino]
 	}
-	if len(peerFDs) != conns || peersMappedHere != conns || oursMappedThere != conns {
-		t.Fatalf("with %d connections open the peer owns %d DMBs, %d of them mapped here, and maps %d of ours; want %d each",
-			conns, len(peerFDs), peersMappedHere, oursMappedThere, conns)
+	if peerOwn != conns*dmb || peersMappedHere != conns*dmb || oursMappedThere != conns*dmb || len(peerFDs) != 1 || len(ourFDs) != 1 {
+		t.Fatalf("with %d connections open the peer maps %d DMBs of its own (in %d slabs), %d of them are mapped here, and it maps %d of ours (we hold %d slabs); want %d each, in one slab",
+			conns, peerOwn/dmb, len(peerFDs), peersMappedHere/dmb, oursMappedThere/dmb, len(ourFDs), conns)
 	}
 
 	for i, c := range cs {

@@ -46,6 +46,10 @@ func runPeer(role string, args []string) error {
 		return peerScript()
 	case "interop":
 		return peerInterop(args)
+	case "loadserver":
+		return peerLoadServer()
+	case "loadclient":
+		return peerLoadClient(args)
 	}
 	return fmt.Errorf("unknown role %q", role)
 }

@@ -409,6 +409,26 @@ func dmbMapInodes(pid int) (inodeSet, error) {
 	return s, nil
 }
 
+// dmbMapBytes returns how many bytes of each DMB slab (by inode) process pid (0: this
+// one) has mapped. Neighbouring DMB mappings of one slab may show as one line.
+func dmbMapBytes(t testing.TB, pid int) map[uint64]int64 {
+	t.Helper()
+	lines, err := mapsLines(pid, dmbName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64]int64{}
+	for _, l := range lines {
+		ino, ok := mapsInode(l)
+		var lo, hi uint64
+		if _, err := fmt.Sscanf(strings.Fields(l)[0], "%x-%x", &lo, &hi); !ok || err != nil {
+			t.Fatalf("maps line %q: %v", l, err)
+		}
+		out[ino] += int64(hi - lo)
+	}
+	return out
+}
+
 // memfdRef is one reference to a memfd found under /proc.
 type memfdRef struct {
 	pid  int

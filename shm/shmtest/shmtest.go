@@ -40,3 +40,24 @@ func WaitParkedInWait(t testing.TB) {
 		runtime.Gosched()
 	}
 }
+
+// WaitParkedIn returns once a goroutine whose stack header contains state (such as
+// "[select" or "[chan receive") has frame (such as "ism.(*Bell).Wait(") on its stack.
+// It fails the test after 10 s.
+func WaitParkedIn(t testing.TB, state, frame string) {
+	t.Helper()
+	limit := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		for g := range strings.SplitSeq(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, state) && strings.Contains(g, frame) {
+				return
+			}
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("no goroutine %s in %s after 10s:\n%s", state, frame, buf[:n])
+		}
+		runtime.Gosched()
+	}
+}

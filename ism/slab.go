@@ -1,0 +1,175 @@
+package ism
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/smcloop/smcloop/shm"
+)
+
+// DMB memory comes from slabs, as an ISM device's DMBs come from its one memory: a slab
+// is a sealed memfd holding slabSlots DMBs of one size, all issued to one peer device
+// (a peer that maps the slab can reach only its own DMBs). The owner maps each DMB on its
+// own; the attacher gets the slab's memfd with each attach, maps the DMB's span and
+// closes the descriptor at once. So a DMB costs no descriptor on either side: the owner
+// keeps one per slab, the attacher none. A DMB given back has its pages punched out of
+// the memfd (its memory is freed and a later DMB in the slot starts zeroed); a slab with
+// no DMB left is closed.
+const slabSlots = 64
+
+// slab is one memfd of slabSlots DMBs of size bytes for one peer device and pool.
+type slab struct {
+	key     slabKey
+	memfd   int
+	used    [slabSlots]bool
+	dirty   [slabSlots]bool // held a DMB before: zeroed when handed out again
+	n       int             // DMBs in use
+	retired bool            // its pool is retired: no slot is handed out again
+}
+
+// slabKey groups DMBs that may share a slab: same peer device, same size, same pool. A
+// pool is what a link group registers its DMBs in (RegisterDMBPool); once the group is
+// terminated its pool is retired, so a slot that its peer may still write into is
+// never handed to a new connection, even with the same peer.
+type slabKey struct {
+	peer GID
+	size int
+	pool uint64
+}
+
+// newSealedMemfd creates a memfd of size bytes sealed against shrinking, growing and
+// further sealing: a peer that maps it can neither take its memory away from under us
+// nor change its size.
+func newSealedMemfd(name string, size int64) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, os.NewSyscallError("memfd_create", err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return -1, os.NewSyscallError("ftruncate", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, os.NewSyscallError("fcntl F_ADD_SEALS", err)
+	}
+	return fd, nil
+}
+
+// slabForLocked returns a slab with a free slot for (peer, size) and the slot, creating a slab
+// if every one is full. d.mu is held.
+func (d *Device) slabForLocked(peer GID, size int, pool uint64) (*slab, int, error) {
+	key := slabKey{peer, size, pool}
+	for _, s := range d.slabs[key] {
+		if s.n < slabSlots {
+			for i, u := range s.used {
+				if !u {
+					return s, i, nil
+				}
+			}
+		}
+	}
+	fd, err := newSealedMemfd("smcloop-dmb", int64(size)*slabSlots)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ism: DMB memory: %w", err)
+	}
+	s := &slab{key: key, memfd: fd}
+	d.slabs[key] = append(d.slabs[key], s)
+	return s, 0, nil
+}
+
+// freeSlotLocked gives slot i of s back. A slab left empty is closed: its memory goes
+// when the last mapping of it, ours or a peer's, goes. d.mu is held.
+func (d *Device) freeSlotLocked(s *slab, i int) {
+	if !s.used[i] {
+		return
+	}
+	s.used[i] = false
+	s.dirty[i] = true
+	s.n--
+	if s.n > 0 {
+		return
+	}
+	if !s.retired {
+		d.dropSlabLocked(s)
+	}
+	unix.Close(s.memfd)
+	s.memfd = -1
+}
+
+// dropSlabLocked takes s out of the slabs that hand out slots. d.mu is held.
+func (d *Device) dropSlabLocked(s *slab) {
+	list := d.slabs[s.key]
+	for j, x := range list {
+		if x == s {
+			list[j] = list[len(list)-1]
+			list[len(list)-1] = nil
+			list = list[:len(list)-1]
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(d.slabs, s.key)
+	} else {
+		d.slabs[s.key] = list
+	}
+}
+
+// RetirePool stops handing out the slots of pool's slabs for peer: a terminated link
+// group's peer may still write into DMBs it has mapped. The slabs close when their last
+// DMB is unregistered.
+func (d *Device) RetirePool(peer GID, pool uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for key, list := range d.slabs {
+		if key.peer != peer || key.pool != pool {
+			continue
+		}
+		for _, s := range list {
+			s.retired = true
+		}
+		delete(d.slabs, key)
+	}
+}
+
+// mapSealed maps [off, off+size) of a memfd received from a peer (size -1: the whole
+// file). It refuses a descriptor that is not a regular file sealed against shrinking,
+// or too small for the span; it does not close fd.
+func mapSealed(fd int, off int64, size int) ([]byte, error) {
+	if fd < 0 {
+		return nil, fmt.Errorf("ism: invalid descriptor %d", fd)
+	}
+	// Seals first: once F_SEAL_SHRINK is seen it can never be removed, so the size
+	// checked next cannot shrink between the check and the mmap.
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrNotMemfd, Err: os.NewSyscallError("fcntl F_GET_SEALS", err)}
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrNotSealed, Got: int64(seals), Want: unix.F_SEAL_SHRINK}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrNotMemfd, Err: os.NewSyscallError("fstat", err)}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrNotMemfd}
+	}
+	page := int64(os.Getpagesize())
+	if size < 0 {
+		if st.Size <= 0 || st.Size > 1<<30 {
+			return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrSizeMismatch, Got: st.Size}
+		}
+		size = int(st.Size)
+	}
+	if off < 0 || off%page != 0 || size <= 0 || int64(size)%page != 0 || off+int64(size) > st.Size {
+		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrSizeMismatch, Got: st.Size, Want: off + int64(size)}
+	}
+	mem, err := unix.Mmap(fd, off, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("ism: mmap of a peer's memory: %w", os.NewSyscallError("mmap", err))
+	}
+	return mem, nil
+}

@@ -1,0 +1,300 @@
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop"
+)
+
+// TestLoad10kConns opens 10,000 concurrent SMC-D connections between two peer
+// processes (a client and a server, both children, so that what they hold is theirs
+// alone), each checked with a round trip of its own 16 bytes, under the machine's
+// default descriptor limit. While all are open it reads from /proc what each process
+// holds: OS threads (at most GOMAXPROCS+8), descriptors and memory per connection.
+// Then the client closes every connection: every Close succeeds, the server sees a
+// clean EOF on each, and the descriptors go back.
+//
+// DMBs: 10,000 connections need 10,000 DMBs in each process, above loopback-ism's limit
+// of 5000 (SMC_LO_MAX_DMBS), so both children run with SMCLOOP_MAX_DMBS=10240. With
+// -short it runs 500 connections.
+func TestLoad10kConns(t *testing.T) {
+	conns := 10000
+	if testing.Short() {
+		conns = 500
+	}
+	var lim [2]uint64
+	if b, err := os.ReadFile("/proc/self/limits"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); strings.HasPrefix(line, "Max open files") && len(f) >= 5 {
+				lim[0], _ = strconv.ParseUint(f[3], 10, 64)
+				lim[1], _ = strconv.ParseUint(f[4], 10, 64)
+			}
+		}
+	}
+	t.Logf("descriptor limit: soft %d, hard %d (Go raises the soft limit to the hard one)", lim[0], lim[1])
+	seed := testSeed(t)
+	t.Setenv("SMCLOOP_MAX_DMBS", "10240")
+	srv := startPeer(t, "loadserver")
+	addr := srv.addr()
+	srvBase := procUsage(t, srv.pid())
+	cli := startPeer(t, "loadclient", addr, strconv.Itoa(conns), strconv.FormatUint(seed, 10))
+	cliBase := procUsage(t, cli.pid())
+
+	start := time.Now()
+	up := cli.expect("UP")
+	took := time.Since(start)
+	require.Equal(t, strconv.Itoa(conns), up, "the client's report")
+	srv.send("count")
+	require.Equal(t, strconv.Itoa(conns), srv.expect("COUNT"), "connections the server holds")
+	t.Logf("%d SMC-D connections up and echoed in %v (%.0f/s)", conns, took.Round(time.Millisecond), float64(conns)/took.Seconds())
+
+	cliUp, srvUp := procUsage(t, cli.pid()), procUsage(t, srv.pid())
+	maxThreads := runtime.GOMAXPROCS(0) + 8 // the children inherit the machine's CPUs
+	for _, p := range []struct {
+		name     string
+		base, up usage
+	}{{"client", cliBase, cliUp}, {"server", srvBase, srvUp}} {
+		t.Logf("%s: %d threads; %d fds (%.3f per connection); RSS %d MiB (%.1f KiB per connection: %.1f anon, %.1f shared)",
+			p.name, p.up.threads, p.up.fds, float64(p.up.fds-p.base.fds)/float64(conns),
+			p.up.rssKB>>10, float64(p.up.rssKB-p.base.rssKB)/float64(conns),
+			float64(p.up.anonKB-p.base.anonKB)/float64(conns), float64(p.up.shmemKB-p.base.shmemKB)/float64(conns))
+		assert.LessOrEqual(t, p.up.threads, maxThreads, "%s OS threads with %d connections open", p.name, conns)
+		assert.Less(t, p.up.fds-p.base.fds, conns+conns/16, "%s descriptors for %d connections", p.name, conns)
+	}
+
+	cli.send("close")
+	cli.expect("CLOSED") // every Close of the client succeeded
+	srv.send("wait %d", conns)
+	require.Equal(t, strconv.Itoa(conns), srv.expect("EOFS"), "clean ends seen by the server")
+	cliEnd, srvEnd := procUsage(t, cli.pid()), procUsage(t, srv.pid())
+	t.Logf("after close: client %d fds, server %d fds", cliEnd.fds, srvEnd.fds)
+	// What stays is the link group's cache of idle DMBs (a slab descriptor per 64 of
+	// them) until its sweep; no connection's socket.
+	assert.Less(t, cliEnd.fds-cliBase.fds, conns/32+16, "client descriptors after closing everything")
+	assert.Less(t, srvEnd.fds-srvBase.fds, conns/32+16, "server descriptors after closing everything")
+	cli.exit()
+	srv.exit()
+}
+
+// usage is what a process holds, from /proc.
+type usage struct {
+	threads, fds           int
+	rssKB, anonKB, shmemKB int
+}
+
+func procUsage(t *testing.T, pid int) usage {
+	t.Helper()
+	var u usage
+	b, err := os.ReadFile(procDir(pid) + "/status")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.Atoi(f[1])
+		switch f[0] {
+		case "Threads:":
+			u.threads = v
+		case "VmRSS:":
+			u.rssKB = v
+		case "RssAnon:":
+			u.anonKB = v
+		case "RssShmem:":
+			u.shmemKB = v
+		}
+	}
+	u.fds, err = countFDs(pid)
+	require.NoError(t, err)
+	return u
+}
+
+// loadPayload is connection i's 16 bytes.
+func loadPayload(seed uint64, i int) []byte {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	binary.LittleEndian.PutUint64(b[8:], uint64(i)*0x9e3779b97f4a7c15)
+	return b[:]
+}
+
+// peerLoadServer accepts SMC-D connections, echoes each one's first 16 bytes and then
+// waits for its end. Commands: "count" (COUNT <connections accepted>), "wait <n>"
+// (EOFS <n> once n connections ended with a clean EOF, or ERR), "exit".
+func peerLoadServer() error {
+	ln, err := peerListen()
+	if err != nil {
+		return err
+	}
+	var accepted, eofs atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	ended := make(chan struct{}, 1)
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+		select {
+		case ended <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.AcceptSMC()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(peerWatchdog))
+				var b [16]byte
+				if _, err := io.ReadFull(c, b[:]); err != nil {
+					fail(fmt.Errorf("reading the payload: %w", err))
+					return
+				}
+				if _, err := c.Write(b[:]); err != nil {
+					fail(fmt.Errorf("echoing: %w", err))
+					return
+				}
+				if n, err := c.Read(b[:1]); n != 0 || !errors.Is(err, io.EOF) {
+					fail(fmt.Errorf("after the echo: %d bytes, %v; want EOF", n, err))
+					return
+				}
+				eofs.Add(1)
+				select {
+				case ended <- struct{}{}:
+				default:
+				}
+			}()
+		}
+	}()
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 1 && f[0] == "count":
+			say("COUNT %d", accepted.Load())
+		case len(f) == 2 && f[0] == "wait":
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			for {
+				mu.Lock()
+				err := firstErr
+				mu.Unlock()
+				if err != nil {
+					say("ERR wait: %v", err)
+					break
+				}
+				if eofs.Load() >= n {
+					say("EOFS %d", eofs.Load())
+					break
+				}
+				<-ended
+			}
+		case len(f) == 1 && f[0] == "exit":
+			ln.Close()
+			return nil
+		}
+	}
+	ln.Close()
+	return nil
+}
+
+// peerLoadClient dials n SMC-D connections to addr with a few dialers at a time and
+// checks each with a round trip of its own 16 bytes, then says "UP n". On "close" it
+// closes every connection and says CLOSED (or ERR with the first failure).
+func peerLoadClient(args []string) error {
+	if len(args) != 3 {
+		return fmt.Errorf("want <addr> <conns> <seed>, got %q", args)
+	}
+	addr := args[0]
+	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return err
+	}
+	seed, err := strconv.ParseUint(args[2], 10, 64)
+	if err != nil {
+		return err
+	}
+	cs := make([]*smcloop.Conn, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				c, err := smcloop.Dial("tcp", addr)
+				if err != nil {
+					errs <- fmt.Errorf("conn %d: Dial: %w", i, err)
+					return
+				}
+				cs[i] = c
+				if !c.UsingSMC() {
+					errs <- fmt.Errorf("conn %d is not SMC-D: %s", i, c.Mode())
+					return
+				}
+				c.SetDeadline(time.Now().Add(peerWatchdog))
+				want := loadPayload(seed, i)
+				got := make([]byte, len(want))
+				if _, err := c.Write(want); err != nil {
+					errs <- fmt.Errorf("conn %d: Write: %w", i, err)
+					return
+				}
+				if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("conn %d: echo %x, %v; want %x", i, got, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		say("ERR dial: %v", err)
+		return err
+	default:
+	}
+	say("UP %d", n)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch sc.Text() {
+		case "close":
+			var first error
+			for i, c := range cs {
+				if err := c.Close(); err != nil && first == nil {
+					first = fmt.Errorf("conn %d: Close: %w", i, err)
+				}
+			}
+			if first != nil {
+				say("ERR close: %v", first)
+				return first
+			}
+			say("CLOSED")
+		case "exit":
+			return nil
+		}
+	}
+	return nil
+}
