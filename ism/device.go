@@ -2,11 +2,11 @@ package ism
 
 import (
 	"crypto/rand"
-	"os"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,8 +78,8 @@ type Device struct {
 	dmbs    map[uint64]*DMB // by token
 	used    []bool          // DMB index bitmap (sba_idx)
 	byIndex []atomic.Pointer[DMB]
-	slabs   map[slabKey][]*slab     // DMB memory (slab.go)
-	sigs    map[*sigRecv]struct{}   // peers' signal channels (signal.go)
+	slabs   map[slabKey][]*slab   // DMB memory (slab.go)
+	sigs    map[*sigRecv]struct{} // peers' signal channels (signal.go)
 	serving map[*net.UnixConn]struct{}
 	peers   map[GID]*peerConn
 	onEvent func(from GID, code uint32, info uint64)
