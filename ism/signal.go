@@ -155,25 +155,26 @@ func (s *sigRecv) close() {
 func (s *sigRecv) dispatch() {
 	defer close(s.done)
 	var buf [16]byte
-	for {
-		err := s.rc.Read(func(fd uintptr) bool {
-			got := false
-			for range sigDrainBatch {
-				_, err := unix.Read(int(fd), buf[:])
-				switch err {
-				case nil:
-					got = true
-					continue
-				case unix.EINTR:
-					continue
-				case unix.EAGAIN:
-					return got // nothing at all: park on the poller until a datagram comes
-				}
-				return true
+	// Built once: a closure per round would allocate on every wake-up.
+	drain := func(fd uintptr) bool {
+		got := false
+		for range sigDrainBatch {
+			_, err := unix.Read(int(fd), buf[:])
+			switch err {
+			case nil:
+				got = true
+				continue
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return got // nothing at all: park on the poller until a datagram comes
 			}
 			return true
-		})
-		if err != nil {
+		}
+		return true
+	}
+	for {
+		if err := s.rc.Read(drain); err != nil {
 			return // closed
 		}
 		s.scan()
