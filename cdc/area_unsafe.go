@@ -42,13 +42,23 @@ func (a Area) Type() byte { return *(*byte)(unsafe.Pointer(&a.w[OffType/8])) }
 func (a Area) LoadProd() uint64 { return a.w[OffProd/8].Load() }
 
 // StoreProd atomically stores the producer cursor word (see [PackWord]).
-func (a Area) StoreProd(w uint64) { a.w[OffProd/8].Store(w) }
+//
+// Publication stores are swaps, not plain atomic stores. The wake-up protocol is a
+// store-then-load on each side (the producer stores the cursor and then loads the wake
+// word; the sleeper announces in the wake word and then loads the cursor), which needs
+// the store ordered before the load. Go's atomic store is sequentially consistent
+// (XCHG on amd64, as a swap is), except under the race detector for memory outside the
+// Go heap, such as a DMB: there it is a release store, which the CPU may hold in its
+// store buffer past the following load, and a sleeper then waits for a doorbell that
+// is never rung. A swap is a full barrier in every build, at the same cost.
+func (a Area) StoreProd(w uint64) { a.w[OffProd/8].Swap(w) }
 
 // LoadCons atomically loads the consumer cursor word with its flag bytes.
 func (a Area) LoadCons() uint64 { return a.w[OffCons/8].Load() }
 
 // StoreCons atomically stores the consumer cursor word with its flag bytes.
-func (a Area) StoreCons(w uint64) { a.w[OffCons/8].Store(w) }
+// It is a swap, for the reason given at [Area.StoreProd].
+func (a Area) StoreCons(w uint64) { a.w[OffCons/8].Swap(w) }
 
 // LoadWake atomically loads the wake word.
 func (a Area) LoadWake() uint64 { return a.w[OffWake/8].Load() }

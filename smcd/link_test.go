@@ -420,6 +420,9 @@ func TestPingPongLosesNoWakeups(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
+		aA, aB := c.la.LocalArea(), c.lb.LocalArea()
+		t.Logf("at the stall: A's area prod %#x cons %#x wake %#x, B's area prod %#x cons %#x wake %#x",
+			aA.LoadProd(), aA.LoadCons(), aA.LoadWake(), aB.LoadProd(), aB.LoadCons(), aB.LoadWake())
 		t.Fatalf("ping-pong stalled: %v (A %+v, B %+v)", err, c.la.Counters(), c.lb.Counters())
 	}
 	ca, cb := c.la.Counters(), c.lb.Counters()
