@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/smcloop/smcloop/clc"
@@ -70,6 +71,7 @@ type ListenerStats struct {
 	Congested      uint64 // times the listener entered handshake congestion
 	Withdrawn      uint64 // times LimitHandshake withdrew the capability signal
 	BacklogFull    uint64 // times the accept loop paused on a full backlog
+	AcceptRetries  uint64 // transient accept errors (EMFILE, ENFILE, ENOBUFS...), retried after a back-off
 	PendingNow     int    // connections in the backlog now
 	HandshakingNow int    // handshakes queued or running now
 	Advertising    bool   // the SMC capability signal is up now (false while withdrawn)
@@ -107,7 +109,7 @@ type Listener struct {
 	inflight []atomic.Pointer[net.Conn] // per worker: the connection in its handshake
 	shut     atomic.Bool                // set by shutdown before it aborts handshakes
 
-	accepted, smc, fallback, hsErrs, congestions, withdrawals, backlogFull atomic.Uint64
+	accepted, smc, fallback, hsErrs, congestions, withdrawals, backlogFull, acceptRetries atomic.Uint64
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -194,10 +196,27 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	return l, nil
 }
 
+// Back-off of the accept loop after a transient error, as net/http's Server.Serve:
+// 5ms, doubling to 1s.
+const (
+	minAcceptRetry = 5 * time.Millisecond
+	maxAcceptRetry = time.Second
+)
+
+// permanentAcceptError reports whether err from accepting on the TCP listener means it
+// cannot accept again: it was closed, or its socket is not a listening socket any more.
+// Everything else (EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED, EPERM from a
+// firewall...) passes.
+func permanentAcceptError(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.EBADF) ||
+		errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSOCK)
+}
+
 // acceptLoop takes TCP connections while the backlog has room. It does no I/O on them:
 // a look at the registration table decides whether the client will speak CLC.
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
+	var delay time.Duration // back-off after a transient accept error
 	for {
 		select {
 		case l.slots <- struct{}{}:
@@ -212,6 +231,23 @@ func (l *Listener) acceptLoop() {
 		tcp, err := l.tcp.Accept()
 		if err != nil {
 			<-l.slots
+			if !permanentAcceptError(err) {
+				// Out of descriptors or memory, or a connection aborted before we took
+				// it: what ends such an error is another part of the process closing
+				// something, so back off and retry, as net/http's Server.Serve does. A
+				// local user who fills our descriptor table stalls new clients for as
+				// long as it lasts; it cannot stop the listener.
+				l.acceptRetries.Add(1)
+				delay = min(max(2*delay, minAcceptRetry), maxAcceptRetry)
+				t := time.NewTimer(delay)
+				select {
+				case <-t.C:
+					continue
+				case <-l.closed:
+					t.Stop()
+					return
+				}
+			}
 			select {
 			case <-l.closed:
 			default:
@@ -222,6 +258,7 @@ func (l *Listener) acceptLoop() {
 			}
 			return
 		}
+		delay = 0
 		l.accepted.Add(1)
 		if !l.clientAnnounced(tcp) {
 			l.fallback.Add(1)
@@ -447,7 +484,7 @@ func (l *Listener) Stats() ListenerStats {
 	return ListenerStats{
 		Accepted: l.accepted.Load(), SMC: l.smc.Load(), Fallback: l.fallback.Load(),
 		HandshakeErrs: l.hsErrs.Load(), Congested: l.congestions.Load(), Withdrawn: l.withdrawals.Load(),
-		BacklogFull: l.backlogFull.Load(), PendingNow: len(l.slots), HandshakingNow: int(l.handshaking.Load()),
+		BacklogFull: l.backlogFull.Load(), AcceptRetries: l.acceptRetries.Load(), PendingNow: len(l.slots), HandshakingNow: int(l.handshaking.Load()),
 		Advertising: l.advertising(), Probing: l.probing(),
 	}
 }
