@@ -384,7 +384,7 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	}
 	// Room for attaching the client's DMB after its Confirm, when we can no longer
 	// decline.
-	res, err := dev.ReserveAttach()
+	res, err := dev.ReserveAttach(peer)
 	if err != nil {
 		return h.decline(clc.DeclMem)
 	}

@@ -86,11 +86,28 @@ func parseWire(b []byte) (wireMsg, error) {
 
 func (d *Device) acceptLoop() {
 	defer d.wg.Done()
+	var backoff time.Duration
 	for {
 		c, err := d.ln.AcceptUnix()
 		if err != nil {
-			return // listener closed
+			if errors.Is(err, net.ErrClosed) {
+				return // Close
+			}
+			// Transient (EMFILE, ENFILE, ENOBUFS, ECONNABORTED...): back off and retry,
+			// as net/http's Server.Serve does. A device that stopped accepting would
+			// stall every peer that dials it until its exchange timeout.
+			d.acceptRetries.Add(1)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-d.done:
+				t.Stop()
+				return
+			}
+			continue
 		}
+		backoff = 0
 		cred, err := shm.PeerCred(c)
 		if err != nil || !samePrincipal(cred.Uid) {
 			c.Close()
@@ -193,12 +210,15 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg, sig **sigRecv) error {
 		_, err := c.Write(wireMsg{op: statusOK}.marshal())
 		return err
 	case opAttach:
-		// Look the DMB up and duplicate its fds under the lock, then send without it and
-		// with a deadline: a peer that stops reading can neither release the DMB under us
-		// nor hold the device.
+		// Look the DMB up and pin its slab under the lock, then send without it and with
+		// a deadline: a peer that stops reading can neither release the memory under us
+		// nor hold the device. Answering takes no descriptor of ours: SCM_RIGHTS passes
+		// the slab's memfd and the signal channel's ends as they are, so a process out of
+		// descriptors still serves its peers' attaches.
 		d.mu.Lock()
 		m, ok := d.dmbs[req.token]
 		var fds []int
+		var pinned *slab
 		var rep wireMsg
 		switch {
 		case !ok, !m.mayAttach(req.from):
@@ -210,31 +230,34 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg, sig **sigRecv) error {
 		default:
 			rep = wireMsg{op: statusOK, token: req.token, size: uint32(m.Size()), aux: uint32(m.index),
 				from: GID{Hi: uint64(m.slot) * uint64(m.Size())}}
-			var err error
-			want := []int{m.slab.memfd}
+			fds = []int{m.slab.memfd}
 			if req.aux&flagNeedSignal != 0 {
 				if *sig == nil {
-					if s, serr := d.newSigRecv(req.from); serr == nil {
+					if s, err := d.newSigRecv(req.from); err == nil {
 						*sig = s
 						d.sigs[s] = struct{}{}
 					} else {
-						err = serr
+						rep, fds = wireMsg{op: statusBadOp, token: req.token}, nil
 					}
 				}
 				if *sig != nil {
-					want = append(want, (*sig).remote, (*sig).memfd)
+					fds = append(fds, (*sig).remote, (*sig).memfd)
 				}
 			}
-			if err == nil {
-				fds, err = dupFds(want...)
-			}
-			if err != nil {
-				d.noteShortage(err)
-				rep = wireMsg{op: statusBadOp, token: req.token}
+			if fds != nil {
+				pinned = m.slab
+				pinned.pins++
 			}
 		}
 		d.mu.Unlock()
-		defer closeFds(fds)
+		if pinned != nil {
+			defer func() {
+				d.mu.Lock()
+				pinned.pins--
+				d.closeSlabLocked(pinned)
+				d.mu.Unlock()
+			}()
+		}
 		c.SetWriteDeadline(time.Now().Add(exchangeTimeout))
 		defer c.SetWriteDeadline(time.Time{})
 		if fds == nil {
@@ -266,6 +289,8 @@ type peerConn struct {
 	gone atomic.Bool  // the device hung up on us (peerHungUp, which does not take mu)
 	pid  atomic.Int32 // the remote device's process, once dialled (auth.go)
 	sig  *sigSend     // the device's signal channel over c, from our first attach
+	// hasSignal is sig != nil, for ReserveAttach, which does not take mu.
+	hasSignal atomic.Bool
 }
 
 func (p *peerConn) close() {
@@ -286,6 +311,7 @@ func (p *peerConn) closeConnLocked() {
 	if p.sig != nil {
 		p.sig.put() // the device drops the channel with the connection
 		p.sig = nil
+		p.hasSignal.Store(false)
 	}
 }
 
@@ -376,6 +402,11 @@ func (d *Device) roundTripSig(g GID, req wireMsg, maxFds int, take func(rep wire
 			}
 		}
 		rep, fds, err := exchange(p.c, req, maxFds)
+		if errors.Is(err, shm.ErrFdsDropped) {
+			// Our descriptor table is full: the reply came whole, so the connection is
+			// in step and stays (the device would take its end for our going away).
+			return wireMsg{}, fmt.Errorf("ism: reply from %s: %w", g, err)
+		}
 		if err != nil {
 			p.closeConnLocked()
 			lastErr = err
@@ -393,6 +424,7 @@ func (d *Device) roundTripSig(g GID, req wireMsg, maxFds int, take func(rep wire
 			if err = take(rep, fds, sig); err != nil && sig != nil && fresh {
 				p.sig.put()
 				p.sig = nil
+				p.hasSignal.Store(false)
 			}
 		}
 		if p.gone.Load() {
@@ -423,6 +455,7 @@ func (p *peerConn) takeSignal(req wireMsg, fds []int) (*sigSend, []int, error) {
 			return nil, nil, err
 		}
 		p.sig = s
+		p.hasSignal.Store(true)
 	}
 	p.sig.acquire()
 	return p.sig, fds[:1], nil
@@ -625,20 +658,6 @@ func exchange(c *net.UnixConn, req wireMsg, maxFds int) (wireMsg, []int, error) 
 		return wireMsg{}, nil, err
 	}
 	return rep, fds, nil
-}
-
-// dupFds duplicates fds (close-on-exec); on failure none are left open.
-func dupFds(fds ...int) ([]int, error) {
-	out := make([]int, 0, len(fds))
-	for _, fd := range fds {
-		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			closeFds(out)
-			return nil, err
-		}
-		out = append(out, nfd)
-	}
-	return out, nil
 }
 
 func closeFds(fds []int) {

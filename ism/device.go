@@ -9,8 +9,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -65,6 +63,7 @@ type Stats struct {
 	AttachesServed   uint64 // DMBs handed to peers
 	AttachesMade     uint64 // peer DMBs mapped
 	RegisterFailures uint64 // register_dmb refused for the DMB limit
+	AcceptRetries    uint64 // transient accept errors (EMFILE...) on the device socket, retried
 }
 
 // Device is one emulated ISM device. All methods are safe for concurrent use.
@@ -88,9 +87,9 @@ type Device struct {
 
 	wg sync.WaitGroup // accept loop, serving goroutines and the peer watch
 
-	dmbsCreated, attachesServed, attachesMade, registerFailures atomic.Uint64
+	dmbsCreated, attachesServed, attachesMade, registerFailures, acceptRetries atomic.Uint64
 
-	shortAt atomic.Int64 // unix ns of the last descriptor shortage (ReserveAttach)
+	done chan struct{} // closed by Close
 }
 
 // Open creates a device with a fresh random GID and starts serving attach requests.
@@ -113,6 +112,7 @@ func Open(cfg Config) (*Device, error) {
 		sigs:    make(map[*sigRecv]struct{}),
 		serving: make(map[*net.UnixConn]struct{}),
 		peers:   make(map[GID]*peerConn),
+		done:    make(chan struct{}),
 	}
 	for attempt := 0; ; attempt++ {
 		var b [16]byte
@@ -158,6 +158,7 @@ func (d *Device) Stats() Stats {
 		AttachesServed:   d.attachesServed.Load(),
 		AttachesMade:     d.attachesMade.Load(),
 		RegisterFailures: d.registerFailures.Load(),
+		AcceptRetries:    d.acceptRetries.Load(),
 	}
 }
 
@@ -243,7 +244,6 @@ func (d *Device) registerDMB(size int, peer GID, pool uint64) (_ *DMB, err error
 	sl, slot, err := d.slabForLocked(peer, size, pool)
 	if err != nil {
 		d.mu.Unlock()
-		d.noteShortage(err)
 		return nil, err
 	}
 	// Reserve index and slot while mapping outside the lock; the slab's memfd stays open
@@ -267,7 +267,6 @@ func (d *Device) registerDMB(size int, peer GID, pool uint64) (_ *DMB, err error
 	}
 	if err != nil {
 		d.freeLocked(m)
-		d.noteShortage(err)
 		return nil, err
 	}
 	for {
@@ -321,13 +320,10 @@ func (d *Device) freeLocked(m *DMB) {
 	m.Space.Close()
 }
 
-// attachFds is the number of descriptors AttachDMB holds at its peak over a device
-// connection that is up: the memfd and the two doorbells the owner passes.
+// attachFds is the number of descriptors AttachDMB receives at most: the slab's memfd,
+// and with the first attach over a device connection the signal channel's socket end
+// and bitmap (closed again once mapped, but held together for a moment).
 const attachFds = 3
-
-// shortageHold is how long after running short of descriptors a device keeps making
-// real reservations in ReserveAttach.
-const shortageHold = 10 * time.Second
 
 // Reservation is room for one AttachDMB held in the process's descriptor table (see
 // ReserveAttach). The zero value holds nothing.
@@ -342,29 +338,29 @@ func (r *Reservation) Release() {
 	r.n = 0
 }
 
-// ReserveAttach holds room for one AttachDMB until Release. A server needs it: it
-// attaches the client's DMB after the client's Confirm, when the handshake can no longer
-// decline, so it reserves the room before it sends its Accept, declines with MEM if there
-// is none, and releases it just before the attach. Another goroutine may still take the
-// room in between: the reservation makes an attach that fails for want of descriptors
-// unlikely, not impossible.
-//
-// Reserving costs six system calls, so a device reserves for real only within
-// shortageHold of having run short of descriptors (a DMB it could not create, a
-// reservation it could not make); otherwise ReserveAttach returns an empty Reservation
-// at no cost.
-func (d *Device) ReserveAttach() (Reservation, error) {
+// ReserveAttach holds room for one AttachDMB from the device peer until Release. A
+// server needs it: it attaches the client's DMB after the client's Confirm, when the
+// handshake can no longer decline, so it reserves the room before it sends its Accept,
+// declines with MEM if there is none, and releases it just before the attach. It holds
+// one descriptor if our connection to peer already brought its signal channel, three if
+// the attach will bring it too: two or six system calls. Another goroutine may still
+// take the room in between: the reservation makes an attach that fails for want of
+// descriptors unlikely, not impossible.
+func (d *Device) ReserveAttach(peer GID) (Reservation, error) {
 	var r Reservation
-	if t := d.shortAt.Load(); t == 0 || time.Since(time.Unix(0, t)) > shortageHold {
-		return r, nil
+	want := attachFds
+	d.mu.Lock()
+	if p := d.peers[peer]; p != nil && p.hasSignal.Load() {
+		want = 1
 	}
+	d.mu.Unlock()
 	rc, err := d.ln.SyscallConn()
 	if err != nil {
 		return r, ErrClosed
 	}
 	var derr error
 	if err := rc.Control(func(fd uintptr) {
-		for r.n < len(r.fds) {
+		for r.n < want {
 			nfd, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
 			if err != nil {
 				derr = err
@@ -379,17 +375,9 @@ func (d *Device) ReserveAttach() (Reservation, error) {
 	}
 	if derr != nil {
 		r.Release()
-		d.noteShortage(derr)
 		return r, fmt.Errorf("ism: reserving descriptors for an attach: fcntl F_DUPFD_CLOEXEC: %w", derr)
 	}
 	return r, nil
-}
-
-// noteShortage records err if it says the process or the system is out of descriptors.
-func (d *Device) noteShortage(err error) {
-	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-		d.shortAt.Store(time.Now().UnixNano())
-	}
 }
 
 // UnregisterDMB removes the DMB from the device and frees this process's hold on its
@@ -414,6 +402,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	close(d.done)
 	d.ln.Close()
 	for c := range d.serving {
 		c.Close()

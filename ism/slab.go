@@ -26,6 +26,7 @@ type slab struct {
 	used    [slabSlots]bool
 	dirty   [slabSlots]bool // held a DMB before: zeroed when handed out again
 	n       int             // DMBs in use
+	pins    int             // attach replies sending memfd: it stays open until they are sent
 	retired bool            // its pool is retired: no slot is handed out again
 }
 
@@ -94,9 +95,18 @@ func (d *Device) freeSlotLocked(s *slab, i int) {
 	}
 	if !s.retired {
 		d.dropSlabLocked(s)
+		s.retired = true // nothing hands out its slots any more
 	}
-	unix.Close(s.memfd)
-	s.memfd = -1
+	d.closeSlabLocked(s)
+}
+
+// closeSlabLocked closes the memfd of a slab with no DMB left, unless an attach reply is
+// sending it. d.mu is held.
+func (d *Device) closeSlabLocked(s *slab) {
+	if s.n == 0 && s.pins == 0 && s.memfd >= 0 {
+		unix.Close(s.memfd)
+		s.memfd = -1
+	}
 }
 
 // dropSlabLocked takes s out of the slabs that hand out slots. d.mu is held.

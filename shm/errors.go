@@ -41,6 +41,12 @@ var (
 	// ErrMsgTruncated means a message did not fit the receive buffer. Any
 	// descriptors it brought have been closed.
 	ErrMsgTruncated = errors.New("shm: message truncated")
+	// ErrFdsDropped means the message arrived whole but the kernel could not
+	// install all its descriptors: this process's descriptor table is full
+	// (EMFILE, which the error matches too). The message itself is intact, so
+	// a request-reply exchange stays in step; the descriptors that did arrive
+	// have been closed.
+	ErrFdsDropped = errors.New("shm: descriptors dropped: no room in this process's descriptor table")
 )
 
 // RegionError reports why [MapRegion] refused a region received from a peer.

@@ -47,7 +47,8 @@ func SendFds(c *net.UnixConn, msg []byte, fds ...int) error {
 //
 // If the message carried more than maxFds descriptors or its control data was
 // truncated, every descriptor received is closed and the error matches
-// [ErrTooManyFds]. If the message did not fit buf (SOCK_SEQPACKET), the same
+// [ErrTooManyFds]. If this process has no room for them (EMFILE), the
+// message is returned (n) and the error matches [ErrFdsDropped]. If the message did not fit buf (SOCK_SEQPACKET), the same
 // happens with [ErrMsgTruncated]. A peer that has closed its end yields
 // io.EOF.
 func RecvFds(c *net.UnixConn, buf []byte, maxFds int) (n int, fds []int, err error) {
@@ -65,6 +66,10 @@ func RecvFds(c *net.UnixConn, buf []byte, maxFds int) (n int, fds []int, err err
 	case err != nil:
 	case perr != nil:
 		err = perr
+	case flags&unix.MSG_CTRUNC != 0 && len(fds) < maxFds && flags&unix.MSG_TRUNC == 0:
+		// Room was there for more: the kernel stopped installing them (scm_detach_fds
+		// sets MSG_CTRUNC when the descriptor table is full).
+		err = fmt.Errorf("%w (received %d): %w", ErrFdsDropped, len(fds), unix.EMFILE)
 	case flags&unix.MSG_CTRUNC != 0:
 		err = fmt.Errorf("%w: control data truncated with room for %d (received %d)", ErrTooManyFds, maxFds, len(fds))
 	case len(fds) > maxFds:
