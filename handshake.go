@@ -96,6 +96,8 @@ type handshake struct {
 	dmb      *ism.DMB
 	remote   *ism.RemoteDMB
 	peerSize int
+	// tokenSent: the peer has our DMB's token (the server sent its Accept).
+	tokenSent bool
 }
 
 func (h *handshake) fail(step string, err error) error {
@@ -104,14 +106,18 @@ func (h *handshake) fail(step string, err error) error {
 }
 
 // release gives the buffers of a handshake that did not end in SMC back to the link
-// group: the peer never started writing into our DMB.
+// group. Our DMB is idle at once if the peer cannot have its token yet; once a server
+// has sent its Accept, the client may have attached the DMB and be writing into it (it
+// counts the connection as SMC from its Confirm on), so the DMB lingers until the
+// client's close flag shows in it, as a closed connection's does, and no later
+// connection gets it meanwhile.
 func (h *handshake) release() {
 	if h.remote != nil {
 		h.group.Release(h.remote)
 		h.remote = nil
 	}
 	if h.dmb != nil {
-		h.group.PutDMB(h.dmb, true)
+		h.group.PutDMB(h.dmb, !h.tokenSent)
 		h.dmb = nil
 	}
 }
@@ -126,7 +132,7 @@ func newHandshake(ctx context.Context, tcp net.Conn, cfg *settings, side string)
 	h := handshakePool.Get().(*handshake)
 	// Field by field: the message buffers need no clearing.
 	h.tcp, h.cfg, h.side, h.version = &countingConn{Conn: tcp}, cfg, side, clc.V2
-	h.group, h.dmb, h.remote, h.peerSize = nil, nil, nil, 0
+	h.group, h.dmb, h.remote, h.peerSize, h.tokenSent = nil, nil, nil, 0, false
 	h.rd.c, h.rd.r, h.rd.w = h.tcp, 0, 0
 	dl := time.Now().Add(cfg.handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
@@ -401,6 +407,7 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	if err != nil {
 		return nil, h.fail("encoding the accept", err)
 	}
+	h.tokenSent = true // from the first byte on the wire: a partial send may have gone out whole
 	if err := h.send(msg); err != nil {
 		return nil, h.fail("sending the accept", err)
 	}

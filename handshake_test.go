@@ -11,6 +11,7 @@ import (
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/internal/presence"
 	"github.com/smcloop/smcloop/ism"
+	"github.com/smcloop/smcloop/smcd"
 )
 
 // exchange checks that a and b carry bytes both ways.
@@ -436,4 +437,68 @@ func FuzzServerHandshake(f *testing.F) {
 			t.Fatalf("handshakes pile up: %+v", st)
 		}
 	})
+}
+
+// TestServerDMBLingersAfterFailedAccept: once a server has sent its Accept, the client
+// has the token of the server's DMB and may attach it and write into it (it counts the
+// connection as SMC-D from its Confirm on). If the handshake then fails on the server
+// (here: the client hangs up instead of confirming), the DMB must linger until the
+// client's close flag shows in it; handing it to the next connection at once would let
+// the first client's late writes land in that connection's ring.
+func TestServerDMBLingersAfterFailedAccept(t *testing.T) {
+	srvDev, err := ism.Open(ism.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srvDev.Close() }) // after the connections' cleanups: it unmaps their DMBs
+	lc := ListenConfig{Config: Config{Device: srvDev}}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cliDev, err := defaultDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A scripted client proposes this process's default device, reads the Accept and
+	// hangs up without a Confirm.
+	p := &clc.Proposal{Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathD, UEIDs: [][clc.EIDLen]byte{mustEID("SMCLOOP")}}
+	p.AddISMDevice(cliDev.GID().Hi, cliDev.GID().Ext, clc.CHIDLoopback)
+	prop, err := p.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := registeredClient(t, ln.Addr().String())
+	if _, err := c.Write(prop); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	buf := make([]byte, clc.MaxProposalLen)
+	_, raw, err := clc.ReadMsg(c, clc.TypeAccept, buf)
+	if err != nil {
+		t.Fatalf("reading the server's answer: %v", err)
+	}
+	m, err := clc.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, ok := m.(*clc.AcceptConfirm)
+	if !ok {
+		t.Fatalf("server answered %T, want an Accept", m)
+	}
+	before := ln.Stats().HandshakeErrs
+	c.Close()
+	waitFor(t, func() bool { return ln.Stats().HandshakeErrs > before })
+
+	// The next connection between the same two devices gets another DMB.
+	a, b := dialAccept(t, ln, Config{})
+	if !a.UsingSMC() || !b.UsingSMC() {
+		t.Fatalf("second connection: %s / %s", a.Mode(), b.Mode())
+	}
+	if tok := b.link.(*smcd.Link).RxToken(); tok == acc.Token {
+		t.Fatalf("the server gave the next connection DMB %#x, whose token the failed handshake's client holds", tok)
+	}
+	exchange(t, a, b)
 }

@@ -85,6 +85,9 @@ func New(g *LinkGroup, rx *ism.DMB, tx *ism.RemoteDMB, copyMode bool) (*Link, er
 // SMC-D CDC message carries it.
 func (l *Link) Init() { l.txA.SetType() }
 
+// RxToken is the token of the local DMB, the one the peer writes into.
+func (l *Link) RxToken() uint64 { return l.rx.Token() }
+
 // RxRing is the receive ring: the local DMB after its CDC area.
 func (l *Link) RxRing() []byte { return l.rxRing }
 
