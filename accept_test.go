@@ -1,4 +1,4 @@
-package smcloop_test
+package smcloop
 
 import (
 	"bytes"
@@ -11,8 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-
-	"github.com/smcloop/smcloop"
 )
 
 // TestAcceptRecoversFromEMFILE: with the process's descriptor table full, accepting
@@ -20,7 +18,7 @@ import (
 // so that every later client was refused); once a descriptor is free again, the client
 // that waited in the kernel's backlog is accepted and served, and so is the next one.
 func TestAcceptRecoversFromEMFILE(t *testing.T) {
-	ln, err := smcloop.Listen("tcp", "127.0.0.1:0")
+	ln, err := Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
 	addr := ln.Addr().String()
@@ -90,23 +88,4 @@ func TestAcceptRecoversFromEMFILE(t *testing.T) {
 	defer c2.Close()
 	echo(c2, []byte("the next client"))
 	assert.Equal(t, uint64(2), ln.Stats().Accepted)
-}
-
-// acceptWithin accepts one connection or gives up after d (closing nothing).
-func acceptWithin(ln *smcloop.Listener, d time.Duration) (net.Conn, error) {
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := ln.Accept()
-		ch <- res{c, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.c, r.err
-	case <-time.After(d):
-		return nil, os.ErrDeadlineExceeded
-	}
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/smcloop/smcloop/clc"
 )
 
@@ -193,4 +196,70 @@ func TestHandshakeWorkersComeAndGo(t *testing.T) {
 	}
 	exchange(t, a, b)
 	waitFor(t, func() bool { return running() == 0 })
+}
+
+// TestStalledHandshakesNeverDelayPlainClients: smcloop clients that announce themselves
+// and then never send their proposal fill every handshake slot (here 2 running and 2
+// queued, for a backlog of 4) for the whole CLC timeout. A plain TCP client that comes
+// meanwhile is accepted and served while they still stall (the accept loop used to wait
+// for the stalled handshakes' backlog slots, so it waited for their timeout), and an
+// smcloop client is declined with MEM at once and goes on as TCP, its proposal consumed
+// rather than delivered as data.
+func TestStalledHandshakesNeverDelayPlainClients(t *testing.T) {
+	lc := ListenConfig{Config: Config{HandshakeTimeout: time.Minute}, Backlog: 4, HandshakeWorkers: 2}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	addr := ln.Addr().String()
+	for range 4 {
+		registeredClient(t, addr) // announced, then silent
+	}
+	waitFor(t, func() bool { return ln.Stats().HandshakingNow == 4 })
+
+	// A plain client.
+	pc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer pc.Close()
+	ps, err := acceptWithin(ln, 10*time.Second)
+	require.NoError(t, err, "the plain client waited behind the stalled handshakes")
+	defer ps.Close()
+	require.False(t, ps.(*Conn).UsingSMC())
+	exchange(t, pc, ps)
+
+	// An smcloop client: declined at once, as TCP.
+	d := Dialer{Config: Config{HandshakeTimeout: 10 * time.Second}}
+	c, err := d.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	s, err := acceptWithin(ln, 10*time.Second)
+	require.NoError(t, err)
+	defer s.Close()
+	require.False(t, c.UsingSMC())
+	wantReasons(t, c, clc.DeclPeerDecl, clc.DeclMem)
+	wantReasons(t, s.(*Conn), clc.DeclMem, 0)
+	exchange(t, c, s) // exact bytes both ways: no proposal left in the stream
+
+	st := ln.Stats()
+	assert.Equal(t, 4, st.HandshakingNow, "the stalled handshakes are still pending: %+v", st)
+	assert.Equal(t, uint64(1), st.BusyDeclined, "%+v", st)
+	assert.Zero(t, st.HandshakeErrs, "%+v", st)
+}
+
+// acceptWithin accepts one connection or gives up after d.
+func acceptWithin(ln *Listener, d time.Duration) (net.Conn, error) {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- res{c, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-time.After(d):
+		return nil, os.ErrDeadlineExceeded
+	}
 }

@@ -16,11 +16,10 @@ import (
 
 // Listener defaults.
 const (
-	// DefaultBacklog bounds connections that are in their handshake or handshaken but
-	// not yet accepted, like listen()'s backlog (the kernel's SOMAXCONN is 4096; smcloop
-	// keeps a smaller default because each pending SMC connection holds DMBs). It is
-	// four times the handshake workers, so that a full set of stalled handshakes leaves
-	// room for the connections that do not need a worker.
+	// DefaultBacklog bounds connections handshaken but not yet accepted, like listen()'s
+	// backlog (the kernel's SOMAXCONN is 4096; smcloop keeps a smaller default because
+	// each pending SMC connection holds DMBs), and separately the handshakes queued or
+	// running. It is four times the handshake workers.
 	DefaultBacklog = 1024
 	// DefaultHandshakeWorkers bounds concurrent CLC handshakes per listener, as the
 	// kernel's smc_hs_wq bounds its work items (max_active 0: WQ_DFL_ACTIVE, 256);
@@ -33,10 +32,13 @@ const (
 type ListenConfig struct {
 	// Config holds the SMC settings of accepted connections.
 	Config Config
-	// Backlog bounds pending connections (handshaking, waiting for a handshake worker,
-	// or handshaken and not yet accepted); 0 means DefaultBacklog. While it is full the
-	// listener stops accepting TCP connections and the kernel's listen backlog pushes
-	// back on clients.
+	// Backlog bounds two things; 0 means DefaultBacklog. Connections delivered and not
+	// yet accepted: while that is full the listener stops accepting TCP connections and
+	// the kernel's listen backlog pushes back on clients. And handshakes queued or
+	// running: an smcloop client that comes while that is full is declined with MEM
+	// once its proposal is read (off the accept loop; as many at a time as the backlog,
+	// further ones are closed unanswered) and goes on as TCP. Stalled handshakes
+	// therefore never delay a plain TCP client.
 	Backlog int
 	// HandshakeWorkers bounds concurrent handshakes; 0 means DefaultHandshakeWorkers.
 	HandshakeWorkers int
@@ -70,9 +72,11 @@ type ListenerStats struct {
 	HandshakeErrs  uint64 // handshakes that failed (timeout, I/O, protocol): dropped
 	Congested      uint64 // times the listener entered handshake congestion
 	Withdrawn      uint64 // times LimitHandshake withdrew the capability signal
-	BacklogFull    uint64 // times the accept loop paused on a full backlog
+	BacklogFull    uint64 // times the accept loop paused on a full backlog (connections not accepted)
 	AcceptRetries  uint64 // transient accept errors (EMFILE, ENFILE, ENOBUFS...), retried after a back-off
-	PendingNow     int    // connections in the backlog now
+	BusyDeclined   uint64 // smcloop clients declined (MEM) because every handshake slot was taken
+	BusyDropped    uint64 // smcloop clients closed unanswered because as many were being declined already
+	PendingNow     int    // connections delivered and not yet accepted now (plus one the accept loop may hold)
 	HandshakingNow int    // handshakes queued or running now
 	Advertising    bool   // the SMC capability signal is up now (false while withdrawn)
 	Probing        bool   // withdrawn, but one more client may announce (LimitHandshake's probe)
@@ -92,8 +96,16 @@ type Listener struct {
 	keepAlive net.KeepAliveConfig
 
 	ready chan *Conn    // connections ready for Accept
-	slots chan struct{} // one token per pending connection (backlog)
+	slots chan struct{} // one token per connection delivered and not yet accepted (backlog)
 	jobs  chan hsJob    // accepted connections waiting for a handshake worker
+	// hsSlots bounds handshakes queued or running (backlog), busy the connections
+	// declined for want of a handshake slot while their proposal is read (backlog).
+	// Neither holds a token of slots, so that stalled handshakes never keep the accept
+	// loop from taking and delivering plain TCP clients.
+	hsSlots chan struct{}
+	busy    chan struct{}
+	busyMu  sync.Mutex
+	busyTCP map[net.Conn]struct{} // connections being declined; Close aborts them
 
 	sigMu     sync.Mutex
 	signal    signal      // what the table advertises (LimitHandshake); sigMu
@@ -110,6 +122,7 @@ type Listener struct {
 	shut     atomic.Bool                // set by shutdown before it aborts handshakes
 
 	accepted, smc, fallback, hsErrs, congestions, withdrawals, backlogFull, acceptRetries atomic.Uint64
+	busyDeclined, busyDropped                                                             atomic.Uint64
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -175,12 +188,15 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	}
 	l := &Listener{
 		tcp: tcp, cfg: cfg, limitHS: limit, keepAlive: ka, workers: workers, delay: lc.HandshakeDelay,
-		ready:  make(chan *Conn, backlog),
-		slots:  make(chan struct{}, backlog),
-		jobs:   make(chan hsJob, backlog),
-		lim:    hsLimiter{workers: workers, slow: slow},
-		signal: signalUp,
-		closed: make(chan struct{}),
+		ready:   make(chan *Conn, backlog),
+		slots:   make(chan struct{}, backlog),
+		jobs:    make(chan hsJob, backlog),
+		hsSlots: make(chan struct{}, backlog),
+		busy:    make(chan struct{}, backlog),
+		busyTCP: make(map[net.Conn]struct{}),
+		lim:     hsLimiter{workers: workers, slow: slow},
+		signal:  signalUp,
+		closed:  make(chan struct{}),
 	}
 	if l.adv, err = presence.Advertise(ta.AddrPort()); err != nil {
 		tcp.Close()
@@ -268,12 +284,21 @@ func (l *Listener) acceptLoop() {
 			l.deliver(c)
 			continue
 		}
+		// A handshake holds a handshake slot, not a backlog slot: it takes one of those
+		// only to deliver its connection.
+		<-l.slots
+		select {
+		case l.hsSlots <- struct{}{}:
+		default:
+			l.declineBusy(tcp)
+			continue
+		}
 		var start time.Time // only LimitHandshake times handshakes
 		if l.limitHS {
 			start = time.Now()
 		}
 		l.hsStarted(start)
-		l.jobs <- hsJob{tcp, start} // never blocks: jobs has the backlog's capacity
+		l.jobs <- hsJob{tcp, start} // never blocks: jobs has the handshake slots' capacity
 		l.startWorker()
 	}
 }
@@ -426,10 +451,10 @@ func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool 
 	c, err := serverHandshake(context.Background(), tcp, l.cfg) // Close aborts it (inflight)
 	slot.Store(nil)                                             // from here on the connection is ours to deliver or drop
 	countHandshake(sideServer, c, err)
+	<-l.hsSlots
 	if err != nil {
 		l.hsErrs.Add(1)
 		tcp.Close()
-		<-l.slots
 		return false
 	}
 	if c.smc {
@@ -438,8 +463,63 @@ func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool 
 		l.fallback.Add(1)
 		applyKeepAlive(c, l.keepAlive)
 	}
-	l.deliver(c)
+	l.deliverWait(c)
 	return true
+}
+
+// declineBusy handles an smcloop client that came while every handshake slot was
+// taken (handshakes stalled or a burst beyond the backlog): off the accept loop, it
+// reads the client's proposal and declines it with MEM, so the client goes on as TCP
+// at once and the proposal is never delivered as data. While as many are being declined
+// as the backlog allows, further ones are closed unanswered.
+func (l *Listener) declineBusy(tcp net.Conn) {
+	select {
+	case l.busy <- struct{}{}:
+	default:
+		l.busyDropped.Add(1)
+		tcp.Close()
+		return
+	}
+	l.busyMu.Lock()
+	if l.shut.Load() {
+		l.busyMu.Unlock()
+		<-l.busy
+		tcp.Close()
+		return
+	}
+	l.busyTCP[tcp] = struct{}{}
+	l.wg.Add(1)
+	l.busyMu.Unlock()
+	l.busyDeclined.Add(1)
+	go func() {
+		defer l.wg.Done()
+		c, err := serverDecline(context.Background(), tcp, l.cfg, clc.DeclMem) // Close aborts it (busyTCP)
+		l.busyMu.Lock()
+		delete(l.busyTCP, tcp)
+		l.busyMu.Unlock()
+		<-l.busy
+		countHandshake(sideServer, c, err)
+		if err != nil {
+			l.hsErrs.Add(1)
+			tcp.Close()
+			return
+		}
+		l.fallback.Add(1)
+		applyKeepAlive(c, l.keepAlive)
+		l.deliverWait(c)
+	}()
+}
+
+// deliverWait takes a backlog slot for c, waiting while the backlog is full of
+// connections not yet accepted, and queues c for Accept.
+func (l *Listener) deliverWait(c *Conn) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		c.Close()
+		return
+	}
+	l.deliver(c)
 }
 
 // deliver queues a connection for Accept; its backlog slot is released by Accept.
@@ -484,7 +564,8 @@ func (l *Listener) Stats() ListenerStats {
 	return ListenerStats{
 		Accepted: l.accepted.Load(), SMC: l.smc.Load(), Fallback: l.fallback.Load(),
 		HandshakeErrs: l.hsErrs.Load(), Congested: l.congestions.Load(), Withdrawn: l.withdrawals.Load(),
-		BacklogFull: l.backlogFull.Load(), AcceptRetries: l.acceptRetries.Load(), PendingNow: len(l.slots), HandshakingNow: int(l.handshaking.Load()),
+		BacklogFull: l.backlogFull.Load(), AcceptRetries: l.acceptRetries.Load(),
+		BusyDeclined: l.busyDeclined.Load(), BusyDropped: l.busyDropped.Load(), PendingNow: len(l.slots), HandshakingNow: int(l.handshaking.Load()),
 		Advertising: l.advertising(), Probing: l.probing(),
 	}
 }
@@ -498,7 +579,7 @@ func (l *Listener) Close() error {
 		select {
 		case j := <-l.jobs:
 			j.tcp.Close()
-			<-l.slots
+			<-l.hsSlots
 		case c := <-l.ready:
 			c.Close()
 			<-l.slots
@@ -518,6 +599,11 @@ func (l *Listener) shutdown() (err error) {
 				(*tcp).Close() // aborts the handshake; the worker drops it
 			}
 		}
+		l.busyMu.Lock() // after shut is set: declineBusy adds no more
+		for tcp := range l.busyTCP {
+			tcp.Close()
+		}
+		l.busyMu.Unlock()
 		l.sigMu.Lock()
 		if l.retry != nil {
 			l.retry.Stop()
