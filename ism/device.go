@@ -256,7 +256,11 @@ func (d *Device) registerDMB(size int, peer GID, pool uint64) (_ *DMB, err error
 
 	m := &DMB{index: idx, size: size, slab: sl, slot: slot, dev: d, peer: peer, Data: NewBell(), Space: NewBell()}
 	m.Data.poll, m.Space.poll = d.pollSignals, d.pollSignals
-	m.mem, err = reserveMemory(sl.memfd, int64(slot)*int64(size), size)
+	var done func()
+	if done, err = memoryRoom(size); err == nil {
+		m.mem, err = reserveMemory(sl.memfd, int64(slot)*int64(size), size)
+		done()
+	}
 	if err == nil && dirty {
 		clear(m.mem) // a DMB starts zeroed, as a new memfd's pages are
 	}
@@ -381,8 +385,10 @@ func (d *Device) ReserveAttach(peer GID) (Reservation, error) {
 }
 
 // UnregisterDMB removes the DMB from the device and frees this process's hold on its
-// memory and bells. Peers that attached it keep their mapping until they detach; the
-// memory goes back to the slab, punched out, so a later DMB in the slot starts zeroed.
+// memory and bells. Peers that attached it keep their mapping until they detach. Its
+// slot goes back to the slab with its pages still allocated: the slot is zeroed when it
+// is handed out again, and the memory stays until the slab is closed and its last
+// mapping goes.
 func (d *Device) UnregisterDMB(m *DMB) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

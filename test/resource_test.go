@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -524,4 +526,81 @@ func TestResourceDMBLimit(t *testing.T) {
 		assert.Equal(t, 3, checkResourceConns(t, rs, [2]uint32{clc.DeclPeerDecl, clc.DeclMaxDMB}))
 		p.exit()
 	})
+}
+
+// TestResourceMemoryCgroup: a server in a memory cgroup too small for all the DMBs its
+// clients ask for. A DMB's pages are allocated when it is registered and charged to the
+// cgroup, and a charge over the limit runs the cgroup's OOM killer rather than failing;
+// so the server checks the room under the limit first. Expected: the first connections
+// on SMC-D, then TCP declined by the server with MEM, every byte echoed, and the server
+// alive to exit cleanly. Needs root and a cgroup v1 memory controller (skipped
+// otherwise).
+func TestResourceMemoryCgroup(t *testing.T) {
+	if role, args, ok := childRole(); ok {
+		runChild(role, args)
+	}
+	parent := memoryCgroupDir(t)
+	p := startChild(t, "TestResourceMemoryCgroup", "serve", "SMCLOOP_RMEM=1048576")
+	addr := p.addr()
+	c, err := smcloop.Dial("tcp", addr)
+	require.NoError(t, err)
+	require.True(t, c.UsingSMC())
+	require.Empty(t, echoCheck(c, 1).Err)
+	p.expect("CONN")
+	keep := []*smcloop.Conn{c}
+	defer func() {
+		for _, c := range keep {
+			c.Close()
+		}
+	}()
+
+	// A cgroup of 48 MiB for the server alone: room for a few dozen 1 MiB DMBs at most.
+	cg := filepath.Join(parent, fmt.Sprintf("smcloop-test-%d", p.pid()))
+	require.NoError(t, os.Mkdir(cg, 0o755))
+	defer func() {
+		// Back to the parent if still alive, then remove the (then empty) cgroup.
+		os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(strconv.Itoa(p.pid())), 0)
+		os.Remove(cg)
+	}()
+	require.NoError(t, os.WriteFile(filepath.Join(cg, "memory.limit_in_bytes"), []byte("50331648"), 0))
+	require.NoError(t, os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(p.pid())), 0))
+
+	const dials = 64
+	var rs []connReport
+	for i := range dials {
+		c, err := smcloop.Dial("tcp", addr)
+		require.NoError(t, err, "dial %d (the server may have been killed)", i)
+		rs = append(rs, echoCheck(c, uint64(100+i)))
+		p.expect("CONN")
+		keep = append(keep, c)
+	}
+	smc := checkResourceConns(t, rs, [2]uint32{clc.DeclPeerDecl, clc.DeclMem})
+	assert.Less(t, smc, 48, "more 1 MiB DMBs than a 48 MiB cgroup holds")
+	b, err := os.ReadFile(filepath.Join(cg, "memory.oom_control"))
+	if err == nil {
+		assert.Contains(t, string(b), "oom_kill 0", "the cgroup's OOM killer ran")
+	}
+	p.exit()
+}
+
+// memoryCgroupDir returns this process's cgroup v1 memory directory, where a test may
+// make a child cgroup, or skips the test.
+func memoryCgroupDir(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a memory cgroup")
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(b)) {
+		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "memory") {
+			dir := filepath.Join("/sys/fs/cgroup/memory", f[2])
+			if _, err := os.Stat(filepath.Join(dir, "memory.limit_in_bytes")); err == nil {
+				return dir
+			}
+		}
+	}
+	t.Skip("no cgroup v1 memory controller")
+	return ""
 }
