@@ -28,6 +28,7 @@ const defaultInputs = 100000
 var slowInputs = map[string]int{
 	"FuzzServerHandshake": 300,
 	"FuzzPeerCDC":         5000,
+	"FuzzAdversarialPeer": 300,
 	"FuzzParseWire":       5000,
 }
 
