@@ -4,7 +4,7 @@ PKGS    := ./...
 # FUZZTIME, if set (e.g. 30s or 1000000x), replaces every target's smoke budget.
 FUZZTIME ?=
 
-.PHONY: all build test unit race stream fuzz-smoke bench-smoke bench lint tidy-check clean
+.PHONY: all build test unit race stream load soak fuzz-smoke bench-smoke bench lint tidy-check clean
 
 all: build test
 
@@ -12,9 +12,10 @@ build:
 	$(GO) build -o bin/smcloop ./cmd/smcloop
 
 # The whole suite: lint, every package under the race detector (the short variants of the
-# long cross-process tests), the 1 GiB two-process stream without the race detector, a
-# short fuzz of every fuzz target, and one iteration of every Go benchmark.
-test: lint race stream fuzz-smoke bench-smoke
+# long cross-process tests), the 1 GiB two-process stream and 10,000 concurrent SMC-D
+# connections between two processes without the race detector, a short fuzz of every fuzz
+# target, and one iteration of every Go benchmark.
+test: lint race stream load fuzz-smoke bench-smoke
 
 race:
 	$(GO) test -race -short -count=1 -timeout 15m $(PKGS)
@@ -24,6 +25,15 @@ unit:
 
 stream:
 	$(GO) test -count=1 -timeout 10m -run 'TestCrossProcessStream1GiB' ./test
+
+load:
+	$(GO) test -count=1 -timeout 10m -v -run 'TestLoad10kConns' ./test
+
+# Not part of test: 100 connections with random sizes and settings for SOAK (10m), checksums
+# on every stream, RSS sampled (the README's soak figures).
+SOAK ?= 10m
+soak:
+	SMCLOOP_TEST_SOAK=$(SOAK) $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test
 
 fuzz-smoke:
 	@set -e; for spec in $$($(GO) run ./internal/fuzzlist); do \

@@ -50,6 +50,8 @@ func runPeer(role string, args []string) error {
 		return peerLoadServer()
 	case "loadclient":
 		return peerLoadClient(args)
+	case "soakserver":
+		return peerSoakServer()
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
