@@ -4,9 +4,9 @@
 //
 // Two processes open an ordinary TCP connection and run the SMC CLC handshake over it.
 // If both sides can, the bytes then flow through shared memory: each side owns a DMB (a
-// sealed memfd, its receive ring) that the other maps and writes into directly, with
-// eventfd doorbells for wake-ups; the TCP connection stays open only as the liveness
-// channel. If either side says no, the same TCP connection carries the bytes: a
+// sealed memfd region, its receive ring) that the other maps and writes into directly,
+// with doorbells rung only for a sleeping reader or writer; the TCP connection stays open
+// only as the liveness channel. If either side says no, the same TCP connection carries the bytes: a
 // transparent fallback, with the kernel's decline codes to say why.
 //
 //	ln, _ := smcloop.Listen("tcp", "127.0.0.1:7000")   // server process
@@ -26,8 +26,9 @@
 // Config and ListenConfig, with process defaults from SMCLOOP_* environment variables
 // (docs/TUNING.md).
 //
-// The packages below the module root are the layers: shm (memfd regions, eventfd
-// doorbells, fd passing), ism (the emulated ISM device), cdc (cursors and the CDC area),
+// The packages below the module root are the layers: shm (fd passing, peer credentials,
+// memfd regions), ism (the emulated ISM device: DMBs in memfd slabs, one signal channel
+// per device pair, in-process bells), cdc (cursors and the CDC area),
 // clc (handshake messages), smcd (the SMC-D backend and link groups), smcr (SMC-R wire
 // parts). docs/ARCHITECTURE.md describes the design as built.
 package smcloop

@@ -29,11 +29,13 @@ import (
 // The watcher's goroutine serves every connection of the process, so it never makes a
 // call that can wait for a peer. What it does for an event is local: it marks the
 // connection, aborts it (publishing the abort flag and ringing doorbells, which never
-// block: package shm), terminates link groups with a peer that is gone (which only
-// releases local resources) and wakes the connection's sleepers. The one step that talks
-// to a peer, telling the device of a peer that broke the protocol to drop the link group
-// (ism SHUTDOWN, which waits up to twice ism's 5 s exchange timeout for a device that
-// does not answer), goes to the watcher's terminator goroutines (groupWork).
+// block: the peer's are rung through ism's signal channel with a MSG_DONTWAIT send, our
+// own are ism Bells in this process), terminates link groups with a peer that is gone
+// (which only releases local resources) and wakes the connection's sleepers (smcd's
+// Link.WakeLocal, which rings our own Bells). The one step that talks to a peer, telling
+// the device of a peer that broke the protocol to drop the link group (ism SHUTDOWN,
+// which waits up to twice ism's 5 s exchange timeout for a device that does not answer),
+// goes to the watcher's terminator goroutines (groupWork).
 
 // watcher is the process's liveness watcher.
 type watcher struct {

@@ -43,12 +43,13 @@
 // The kernel leaves bytes 24..31 reserved. smcloop uses them as the DMB
 // owner's wake word: before the owner's reader (waiting for the peer's
 // producer cursor) or writer (waiting for the peer's consumer cursor) blocks on
-// its eventfd it sets [WakeReader] or [WakeWriter] with [Area.OrWake],
+// its doorbell it sets [WakeReader] or [WakeWriter] with [Area.OrWake],
 // re-checks the cursor, and only then sleeps. The peer stores its new cursor
 // word and then loads the wake word, ringing the doorbell only if the
-// matching bit is set. Go's sync/atomic operations are sequentially
-// consistent, so at least one side sees the other's store and no wake-up is
-// lost. Two kernel peers never look at these bytes.
+// matching bit is set. Both sides' stores are read-modify-writes (the wake
+// word an add, the cursor words swaps: see [Area.StoreProd]), full barriers
+// in every build, so at least one side sees the other's store and no wake-up
+// is lost. Two kernel peers never look at these bytes.
 //
 // # Buffer sizes
 //

@@ -29,7 +29,7 @@ const (
 )
 
 // Bits of the wake word at OffWake. The DMB owner sets a bit just before
-// its reader or writer sleeps on its eventfd; the peer rings the doorbell
+// its reader or writer sleeps on its doorbell; the peer rings the doorbell
 // after a cursor update only when the matching bit is set.
 const (
 	WakeReader uint64 = 1 << 0 // owner's reader waits for the peer's producer cursor

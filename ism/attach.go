@@ -198,8 +198,7 @@ func (d *Device) dropPeer(g GID) {
 func (d *Device) answer(c *net.UnixConn, req wireMsg, sig **sigRecv) error {
 	switch req.op {
 	case opQuery:
-		_, err := c.Write(wireMsg{op: statusOK}.marshal())
-		return err
+		return writeReply(c, wireMsg{op: statusOK})
 	case opEvent:
 		d.mu.Lock()
 		h := d.onEvent
@@ -207,8 +206,7 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg, sig **sigRecv) error {
 		if h != nil && !req.from.IsZero() {
 			h(req.from, req.size, req.token)
 		}
-		_, err := c.Write(wireMsg{op: statusOK}.marshal())
-		return err
+		return writeReply(c, wireMsg{op: statusOK})
 	case opAttach:
 		// Look the DMB up and pin its slab under the lock, then send without it and with
 		// a deadline: a peer that stops reading can neither release the memory under us
@@ -273,9 +271,17 @@ func (d *Device) answer(c *net.UnixConn, req wireMsg, sig **sigRecv) error {
 		}
 		return nil
 	default:
-		_, err := c.Write(wireMsg{op: statusBadOp}.marshal())
-		return err
+		return writeReply(c, wireMsg{op: statusBadOp})
 	}
+}
+
+// writeReply sends a reply without descriptors, with the deadline an attach reply has: a
+// peer that stops reading cannot hold the device.
+func writeReply(c *net.UnixConn, rep wireMsg) error {
+	c.SetWriteDeadline(time.Now().Add(exchangeTimeout))
+	defer c.SetWriteDeadline(time.Time{})
+	_, err := c.Write(rep.marshal())
+	return err
 }
 
 // peerConn is this device's connection to a remote device, one per remote GID, reused for

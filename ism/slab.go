@@ -14,9 +14,10 @@ import (
 // (a peer that maps the slab can reach only its own DMBs). The owner maps each DMB on its
 // own; the attacher gets the slab's memfd with each attach, maps the DMB's span and
 // closes the descriptor at once. So a DMB costs no descriptor on either side: the owner
-// keeps one per slab, the attacher none. A DMB given back has its pages punched out of
-// the memfd (its memory is freed and a later DMB in the slot starts zeroed); a slab with
-// no DMB left is closed.
+// keeps one per slab, the attacher none. A DMB given back leaves its pages in the memfd:
+// its slot is marked dirty, and zeroed when it is handed out again, so a later DMB in the
+// slot starts zeroed. The memory stays until the slab has no DMB left and is closed, and
+// goes when the last mapping of it goes.
 const slabSlots = 64
 
 // slab is one memfd of slabSlots DMBs of size bytes for one peer device and pool.

@@ -86,8 +86,8 @@ func IsLocal(ip netip.Addr) bool {
 }
 
 // BindBeforeConnect binds a dialing socket to laddr (or the wildcard address with port
-// 0) before connect and returns the port, so the dialer name can be registered before
-// the SYN. SO_REUSEADDR lets a port whose earlier connection sits in
+// 0) before connect and returns the port, so the connection can be announced in the
+// listener's table before the SYN. SO_REUSEADDR lets a port whose earlier connection sits in
 // TIME_WAIT be bound again, as connect's own port choice would.
 func BindBeforeConnect(rc syscall.RawConn, network string, laddr netip.AddrPort, reuse bool) (uint16, error) {
 	var port uint16

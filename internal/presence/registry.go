@@ -23,7 +23,7 @@
 // recv(MSG_PEEK), that the link is still open and the table not closed. On accept, Take
 // compares slot[client port] with the hash of the accepted connection's local address and
 // CASes it back to 0: true means the client will speak CLC. Both sides therefore decide
-// from state set up before the SYN, as with dialer names.
+// from state set up before the SYN.
 //
 // Order of events. Dialer: Lookup (IsLocal destinations only), bind the socket to its
 // local port, Announce, connect, pick the winning attempt and Cancel the others,
@@ -34,12 +34,18 @@
 // anything else; Close the Advert before the TCP listener, and deliver no connection
 // accepted after that. Withdraw and Restore may come at any time.
 //
-// Trust. The table is writable by every process that links, so everything read from it is
-// treated as untrusted: values are only compared, never used as an index, length or
-// pointer. The dialer maps only a memfd sealed against shrinking and of exactly tableSize
-// bytes (a truncatable file could SIGBUS it), and validates the header once. A hostile
-// process can rewrite slots and flags, which can only misclassify connections (denial of
-// service), as squatting a dialer name can today.
+// Trust. Only processes of trusted users link (internal/peercred): the listener closes
+// any other process's link before its hello, and a dialer treats a name held by an
+// untrusted process as absent. The table is writable by every process that links, so
+// everything read from it is treated as untrusted: values are only compared, never used
+// as an index, length or pointer. The dialer maps only a memfd sealed against shrinking
+// and of exactly tableSize bytes (a truncatable file could SIGBUS it), and validates the
+// header once. A hostile process that links can rewrite slots and flags, which can only
+// misclassify connections (denial of service). A listener's abstract name carries no
+// permissions, so any local process can squat it: bound before the listener's, it makes
+// Advertise fail with EADDRINUSE; held by a trusted process with a table behind it, it
+// is linked to like a listener's, so dialers may send a CLC Proposal to whatever server
+// has that address.
 
 package presence
 
