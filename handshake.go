@@ -358,25 +358,20 @@ func (h *handshake) checkAccept(acc *clc.AcceptConfirm) uint32 {
 	return 0
 }
 
+// serverHandshake runs the server side (smc_listen_work) over an accepted TCP conn.
+func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, error) {
+	return serverHandshakeOr(ctx, tcp, cfg, 0)
+}
+
 // serverDecline reads the client's proposal and declines it with code: the server half
 // of a handshake the listener has no room for. The client goes on as TCP, and the
 // proposal is consumed, never delivered as data.
 func serverDecline(ctx context.Context, tcp net.Conn, cfg *settings, code uint32) (*Conn, error) {
-	h := newHandshake(ctx, tcp, cfg, "server")
-	defer h.done()
-	m, err := h.read(clc.TypeProposal)
-	if err != nil {
-		return nil, h.fail("waiting for proposal", err)
-	}
-	if d, ok := m.(*clc.Decline); ok {
-		return h.fallback(clc.DeclPeerDecl, d.Code), nil
-	}
-	h.version = min(m.(*clc.Proposal).Version, clc.V2)
-	return h.decline(code)
+	return serverHandshakeOr(ctx, tcp, cfg, code)
 }
 
-// serverHandshake runs the server side (smc_listen_work) over an accepted TCP conn.
-func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, error) {
+// serverHandshakeOr is serverHandshake, or with a decline code serverDecline.
+func serverHandshakeOr(ctx context.Context, tcp net.Conn, cfg *settings, declineWith uint32) (*Conn, error) {
 	h := newHandshake(ctx, tcp, cfg, "server")
 	defer h.done()
 	m, err := h.read(clc.TypeProposal)
@@ -388,6 +383,9 @@ func serverHandshake(ctx context.Context, tcp net.Conn, cfg *settings) (*Conn, e
 	}
 	prop := m.(*clc.Proposal)
 	h.version = min(prop.Version, clc.V2)
+	if declineWith != 0 {
+		return h.decline(declineWith)
+	}
 	if cfg.smcd && !peerTrusted(tcp) {
 		// A client of a user we share no memory with gets no token and no attach: the
 		// devices it names are never contacted on its behalf (docs/SECURITY.md).

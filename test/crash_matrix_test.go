@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -80,60 +78,8 @@ func TestCrashPeerProcess(t *testing.T) {
 // killed (if still running) and waited for when the test ends.
 func startCrashPeer(t *testing.T, args ...string) *peer {
 	t.Helper()
-	role := "crash " + args[0]
-	p := &peer{t: t, role: role, lines: make(chan string, 64), exited: make(chan struct{}), stop: make(chan struct{})}
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestCrashPeerProcess$", "-test.count=1")
-	p.cmd.Env = append(os.Environ(), crashPeerEnv+"="+strings.Join(args, " "))
-	if race := os.Getenv("GORACE"); !strings.Contains(race, "atexit_sleep_ms") {
-		p.cmd.Env = append(p.cmd.Env, strings.TrimSpace("GORACE="+race+" atexit_sleep_ms=0"))
-	}
-	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = inR, outW, &p.stderr
-	err = p.cmd.Start()
-	inR.Close()
-	outW.Close()
-	if err != nil {
-		inW.Close()
-		outR.Close()
-		t.Fatalf("starting the %s peer: %v", role, err)
-	}
-	p.stdin = inW
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		p.stdin.Close()
-		close(p.exited)
-	}()
-	go func() {
-		defer close(p.lines)
-		defer outR.Close()
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			select {
-			case p.lines <- sc.Text():
-			case <-p.stop:
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(p.stop)
-		p.stdin.Close()
-		p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("%s peer (pid %d) stderr:\n%s", role, p.pid(), p.stderr.String())
-		}
-	})
-	return p
+	return startProcess(t, "crash "+args[0], []string{"-test.run=^TestCrashPeerProcess$", "-test.count=1"},
+		crashPeerEnv+"="+strings.Join(args, " "))
 }
 
 // runCrashPeer plays one side of a connection until it is killed:

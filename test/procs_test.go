@@ -49,6 +49,16 @@ type peer struct {
 // for when the test ends.
 func startPeer(t *testing.T, role string, args ...string) *peer {
 	t.Helper()
+	return startProcess(t, role, args, roleEnv+"="+role)
+}
+
+// startProcess starts this test binary again with args and the environment plus env,
+// as the peer role (a name for messages). Its stdin and stdout carry the peer line
+// protocol; it is killed (if still running) and waited for when the test ends, and its
+// stderr is logged if the test failed. A race-enabled peer is told not to linger in
+// exit.
+func startProcess(t *testing.T, role string, args []string, env ...string) *peer {
+	t.Helper()
 	p := &peer{t: t, role: role, lines: make(chan string, 64), exited: make(chan struct{}), stop: make(chan struct{})}
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -61,9 +71,8 @@ func startPeer(t *testing.T, role string, args ...string) *peer {
 		t.Fatal(err)
 	}
 	p.cmd = exec.Command(os.Args[0], args...)
-	p.cmd.Env = append(os.Environ(), roleEnv+"="+role)
+	p.cmd.Env = append(os.Environ(), env...)
 	if race := os.Getenv("GORACE"); !strings.Contains(race, "atexit_sleep_ms") {
-		// A race-enabled peer would otherwise linger a second in exit.
 		p.cmd.Env = append(p.cmd.Env, strings.TrimSpace("GORACE="+race+" atexit_sleep_ms=0"))
 	}
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = inR, outW, &p.stderr

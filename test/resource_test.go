@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -66,59 +65,16 @@ func (r connReport) String() string {
 // in resourceChildEnv. It speaks the peer line protocol (procs_test.go).
 func startChild(t *testing.T, test string, role string, env ...string) *peer {
 	t.Helper()
-	p := &peer{t: t, role: role, lines: make(chan string, 64), exited: make(chan struct{}), stop: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
-	p.cmd.Env = append(os.Environ(), resourceChildEnv+"="+role)
-	if race := os.Getenv("GORACE"); !strings.Contains(race, "atexit_sleep_ms") {
-		p.cmd.Env = append(p.cmd.Env, strings.TrimSpace("GORACE="+race+" atexit_sleep_ms=0"))
+	return startProcess(t, role+" child", []string{"-test.run=^" + test + "$", "-test.count=1"},
+		append([]string{resourceChildEnv + "=" + role}, env...)...)
+}
+
+// closeAll closes every connection in *cs (a pointer, so that a deferred call sees
+// the connections appended after it was deferred).
+func closeAll(cs *[]*smcloop.Conn) {
+	for _, c := range *cs {
+		c.Close()
 	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	inR, inW, err := os.Pipe()
-	require.NoError(t, err)
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		t.Fatal(err)
-	}
-	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = inR, outW, &p.stderr
-	err = p.cmd.Start()
-	inR.Close()
-	outW.Close()
-	if err != nil {
-		inW.Close()
-		outR.Close()
-		t.Fatalf("starting the %s child: %v", role, err)
-	}
-	p.stdin = inW
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		p.stdin.Close()
-		close(p.exited)
-	}()
-	go func() {
-		defer close(p.lines)
-		defer outR.Close()
-		sc := bufio.NewScanner(outR)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			select {
-			case p.lines <- sc.Text():
-			case <-p.stop:
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(p.stop)
-		p.stdin.Close()
-		p.cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("%s child (pid %d) stderr:\n%s", role, p.pid(), p.stderr.String())
-		}
-	})
-	return p
 }
 
 // childRole returns the role and arguments of a child started by startChild, or false
@@ -264,11 +220,7 @@ func childDials(args []string) error {
 		}
 	}
 	var keep []*smcloop.Conn
-	defer func() {
-		for _, c := range keep {
-			c.Close()
-		}
-	}()
+	defer closeAll(&keep)
 	for i := range resourceDials {
 		c, err := smcloop.Dial("tcp", addr)
 		if err != nil {
@@ -462,11 +414,7 @@ func TestResourceServerOutOfFDs(t *testing.T) {
 
 			var rs []connReport
 			keep := []*smcloop.Conn{c}
-			defer func() {
-				for _, c := range keep {
-					c.Close()
-				}
-			}()
+			defer closeAll(&keep)
 			for i := range resourceDials {
 				c, err := smcloop.Dial("tcp", addr)
 				require.NoError(t, err, "dial %d", i)
@@ -511,11 +459,7 @@ func TestResourceDMBLimit(t *testing.T) {
 		addr := p.addr()
 		var rs []connReport
 		var keep []*smcloop.Conn
-		defer func() {
-			for _, c := range keep {
-				c.Close()
-			}
-		}()
+		defer closeAll(&keep)
 		for i := range resourceDials {
 			c, err := smcloop.Dial("tcp", addr)
 			require.NoError(t, err, "dial %d", i)
@@ -548,11 +492,7 @@ func TestResourceMemoryCgroup(t *testing.T) {
 	require.Empty(t, echoCheck(c, 1).Err)
 	p.expect("CONN")
 	keep := []*smcloop.Conn{c}
-	defer func() {
-		for _, c := range keep {
-			c.Close()
-		}
-	}()
+	defer closeAll(&keep)
 
 	// A cgroup of 48 MiB for the server alone: room for a few dozen 1 MiB DMBs at most.
 	cg := filepath.Join(parent, fmt.Sprintf("smcloop-test-%d", p.pid()))
