@@ -496,7 +496,9 @@ func TestResourceMemoryCgroup(t *testing.T) {
 
 	// A cgroup of 48 MiB for the server alone: room for a few dozen 1 MiB DMBs at most.
 	cg := filepath.Join(parent, fmt.Sprintf("smcloop-test-%d", p.pid()))
-	require.NoError(t, os.Mkdir(cg, 0o755))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Skipf("cannot make a memory cgroup here: %v", err)
+	}
 	defer func() {
 		// Back to the parent if still alive, then remove the (then empty) cgroup.
 		os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(strconv.Itoa(p.pid())), 0)
