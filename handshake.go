@@ -431,6 +431,7 @@ func serverHandshakeOr(ctx context.Context, tcp net.Conn, cfg *settings, decline
 		return nil, h.fail("waiting for confirm", err)
 	}
 	if d, ok := m.(*clc.Decline); ok {
+		h.tokenSent = false // a client that declines never writes into our DMB
 		h.release()
 		if d.OutOfSync {
 			h.group.Terminate(false) // the client does not know this link group
