@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -67,6 +68,22 @@ func startChild(t *testing.T, test string, role string, env ...string) *peer {
 	t.Helper()
 	return startProcess(t, role+" child", []string{"-test.run=^" + test + "$", "-test.count=1"},
 		append([]string{resourceChildEnv + "=" + role}, env...)...)
+}
+
+// fdTargets lists the open descriptors of process pid and what they are, for failure
+// messages.
+func fdTargets(pid int) string {
+	dir := procDir(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		l, _ := os.Readlink(filepath.Join(dir, e.Name()))
+		fmt.Fprintf(&b, "%s -> %s\n", e.Name(), l)
+	}
+	return b.String()
 }
 
 // closeAll closes every connection in *cs (a pointer, so that a deferred call sees
@@ -214,6 +231,9 @@ func childDials(args []string) error {
 		return fmt.Errorf("warm-up connection: %v %s", r, r.Err)
 	}
 	w.Close()
+	if err := warmSleep(); err != nil {
+		return err
+	}
 	if headroom > 0 {
 		if err := limitFDs(headroom); err != nil {
 			return err
@@ -239,11 +259,50 @@ func childDials(args []string) error {
 	return nil
 }
 
+// warmSleep makes this process block once in an SMC-D Read, so that what a process
+// makes at its first sleep (the liveness watcher's epoll instance, one descriptor for the
+// process's life) exists before a child sets its limit; otherwise it would take the
+// last descriptor at whichever connection first sleeps. The Read waits for data that
+// never comes, until a deadline.
+func warmSleep() error {
+	ln, err := smcloop.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	acc := make(chan *smcloop.Conn, 1)
+	go func() {
+		c, _ := ln.AcceptSMC()
+		acc <- c
+	}()
+	c, err := smcloop.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s := <-acc
+	if s == nil {
+		return errors.New("warm-up: accept failed")
+	}
+	defer s.Close()
+	if !s.UsingSMC() {
+		return fmt.Errorf("warm-up connection is %s", s.Mode())
+	}
+	s.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := s.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("warm-up Read: %v, want a timeout", err)
+	}
+	return nil
+}
+
 // childServe is the limited server's half: an echo listener that reports each
 // connection as "CONN {json}" once it has echoed it. It keeps the SMC-D connections
 // open and closes the fallbacks (see childDials). Commands: "limit N" sets the
 // descriptor limit N above those open, "exit" ends it.
 func childServe() error {
+	if err := warmSleep(); err != nil {
+		return err
+	}
 	ln, err := smcloop.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -415,9 +474,10 @@ func TestResourceServerOutOfFDs(t *testing.T) {
 			var rs []connReport
 			keep := []*smcloop.Conn{c}
 			defer closeAll(&keep)
+			fdsAtLimit := fdTargets(p.pid())
 			for i := range resourceDials {
 				c, err := smcloop.Dial("tcp", addr)
-				require.NoError(t, err, "dial %d", i)
+				require.NoError(t, err, "dial %d; server descriptors at the limit:\n%s\nnow:\n%s", i, fdsAtLimit, fdTargets(p.pid()))
 				r := echoCheck(c, uint64(100+i))
 				rs = append(rs, r)
 				var sr connReport
