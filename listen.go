@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/backoff"
 	"github.com/smcloop/smcloop/internal/presence"
 )
 
@@ -212,13 +213,6 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	return l, nil
 }
 
-// Back-off of the accept loop after a transient error, as net/http's Server.Serve:
-// 5ms, doubling to 1s.
-const (
-	minAcceptRetry = 5 * time.Millisecond
-	maxAcceptRetry = time.Second
-)
-
 // permanentAcceptError reports whether err from accepting on the TCP listener means it
 // cannot accept again: it was closed, or its socket is not a listening socket any more.
 // Everything else (EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED, EPERM from a
@@ -232,7 +226,7 @@ func permanentAcceptError(err error) bool {
 // a look at the registration table decides whether the client will speak CLC.
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
-	var delay time.Duration // back-off after a transient accept error
+	var retry backoff.Backoff // after a transient accept error
 	for {
 		select {
 		case l.slots <- struct{}{}:
@@ -254,15 +248,10 @@ func (l *Listener) acceptLoop() {
 				// local user who fills our descriptor table stalls new clients for as
 				// long as it lasts; it cannot stop the listener.
 				l.acceptRetries.Add(1)
-				delay = min(max(2*delay, minAcceptRetry), maxAcceptRetry)
-				t := time.NewTimer(delay)
-				select {
-				case <-t.C:
+				if retry.Wait(l.closed) {
 					continue
-				case <-l.closed:
-					t.Stop()
-					return
 				}
+				return
 			}
 			select {
 			case <-l.closed:
@@ -274,7 +263,7 @@ func (l *Listener) acceptLoop() {
 			}
 			return
 		}
-		delay = 0
+		retry.Reset()
 		l.accepted.Add(1)
 		if !l.clientAnnounced(tcp) {
 			l.fallback.Add(1)

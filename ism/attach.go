@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/smcloop/smcloop/internal/backoff"
 	"github.com/smcloop/smcloop/shm"
 )
 
@@ -86,7 +87,7 @@ func parseWire(b []byte) (wireMsg, error) {
 
 func (d *Device) acceptLoop() {
 	defer d.wg.Done()
-	var backoff time.Duration
+	var retry backoff.Backoff
 	for {
 		c, err := d.ln.AcceptUnix()
 		if err != nil {
@@ -97,17 +98,12 @@ func (d *Device) acceptLoop() {
 			// as net/http's Server.Serve does. A device that stopped accepting would
 			// stall every peer that dials it until its exchange timeout.
 			d.acceptRetries.Add(1)
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-d.done:
-				t.Stop()
+			if !retry.Wait(d.done) {
 				return
 			}
 			continue
 		}
-		backoff = 0
+		retry.Reset()
 		cred, err := shm.PeerCred(c)
 		if err != nil || !samePrincipal(cred.Uid) {
 			c.Close()

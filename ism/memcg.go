@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,7 +68,7 @@ func memoryRoom(n int) (done func(), err error) {
 	self, _ := os.ReadFile("/proc/self/cgroup")
 	memcg.mu.Lock()
 	if now := time.Now(); memcg.levels == nil || !bytes.Equal(self, memcg.self) || now.Sub(memcg.at) >= memcgRefresh {
-		memcg.levels = memcgLimits("/proc/self/cgroup", "/sys/fs/cgroup")
+		memcg.levels = memcgLimits(self, "/sys/fs/cgroup")
 		memcg.self, memcg.at = self, now
 	}
 	levels := memcg.levels
@@ -91,18 +92,14 @@ func memoryRoom(n int) (done func(), err error) {
 	return memcg.alloc.Unlock, nil
 }
 
-// memcgLimits finds the memory cgroup of the process whose cgroup file is procCgroup
-// (e.g. /proc/self/cgroup) under the cgroup mount root, and returns every level from it
+// memcgLimits finds the memory cgroup that procCgroup (the contents of a process's
+// /proc/<pid>/cgroup) names under the cgroup mount root, and returns every level from it
 // up to the root that has a memory limit. It returns an empty, non-nil slice when there
 // is none or nothing can be read.
-func memcgLimits(procCgroup, root string) []memcgLevel {
+func memcgLimits(procCgroup []byte, root string) []memcgLevel {
 	levels := []memcgLevel{}
-	b, err := os.ReadFile(procCgroup)
-	if err != nil {
-		return levels
-	}
 	var v1, v2 string
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(string(procCgroup)) {
 		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
 		if len(f) != 3 {
 			continue
@@ -110,7 +107,7 @@ func memcgLimits(procCgroup, root string) []memcgLevel {
 		switch {
 		case f[0] == "0" && f[1] == "":
 			v2 = f[2]
-		case contains(strings.Split(f[1], ","), "memory"):
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
 			v1 = f[2]
 		}
 	}
@@ -134,15 +131,6 @@ func memcgLimits(procCgroup, root string) []memcgLevel {
 		}
 		dir = filepath.Dir(dir)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // readBytesFile reads a cgroup file that holds one number of bytes, or "max" (no

@@ -20,8 +20,7 @@ func TestMemcgLimits(t *testing.T) {
 	}
 	t.Run("v1", func(t *testing.T) {
 		root := t.TempDir()
-		proc := filepath.Join(root, "cgroup")
-		write(proc, "9:name=systemd:/\n4:memory:/a/b\n1:cpu,cpuacct:/\n0::/\n")
+		proc := []byte("9:name=systemd:/\n4:memory:/a/b\n1:cpu,cpuacct:/\n0::/\n")
 		mem := filepath.Join(root, "memory")
 		write(filepath.Join(mem, "memory.limit_in_bytes"), "9223372036854771712\n")
 		write(filepath.Join(mem, "a", "memory.limit_in_bytes"), "1073741824\n")
@@ -34,8 +33,7 @@ func TestMemcgLimits(t *testing.T) {
 	})
 	t.Run("v2", func(t *testing.T) {
 		root := t.TempDir()
-		proc := filepath.Join(root, "cgroup")
-		write(proc, "0::/svc/job\n")
+		proc := []byte("0::/svc/job\n")
 		write(filepath.Join(root, "svc", "memory.max"), "max\n")
 		write(filepath.Join(root, "svc", "job", "memory.max"), "33554432\n")
 		got := memcgLimits(proc, root)
@@ -43,7 +41,7 @@ func TestMemcgLimits(t *testing.T) {
 	})
 	t.Run("none", func(t *testing.T) {
 		root := t.TempDir()
-		got := memcgLimits(filepath.Join(root, "missing"), root)
+		got := memcgLimits(nil, root) // /proc/self/cgroup could not be read
 		assert.NotNil(t, got)
 		assert.Empty(t, got)
 	})

@@ -47,8 +47,9 @@ func SendFds(c *net.UnixConn, msg []byte, fds ...int) error {
 //
 // If the message carried more than maxFds descriptors or its control data was
 // truncated, every descriptor received is closed and the error matches
-// [ErrTooManyFds]. If this process has no room for them (EMFILE), the
-// message is returned (n) and the error matches [ErrFdsDropped]. If the message did not fit buf (SOCK_SEQPACKET), the same
+// [ErrTooManyFds]. If this process had no room to install them (EMFILE), the
+// same happens with [ErrFdsDropped], and n still counts the message, which
+// arrived whole. If the message did not fit buf (SOCK_SEQPACKET), the same
 // happens with [ErrMsgTruncated]. A peer that has closed its end yields
 // io.EOF.
 func RecvFds(c *net.UnixConn, buf []byte, maxFds int) (n int, fds []int, err error) {

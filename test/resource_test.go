@@ -70,6 +70,37 @@ func startChild(t *testing.T, test string, role string, env ...string) *peer {
 		append([]string{resourceChildEnv + "=" + role}, env...)...)
 }
 
+// startWarmServer starts test's "serve" child with env and makes one SMC-D connection to
+// it, echoed, so that what a client makes once (the link to the listener, the devices'
+// connections, the link group) exists before the test limits the server. The connection
+// is returned open, with the server's address.
+func startWarmServer(t *testing.T, test string, env ...string) (*peer, string, *smcloop.Conn) {
+	t.Helper()
+	p := startChild(t, test, "serve", env...)
+	addr := p.addr()
+	c, err := smcloop.Dial("tcp", addr)
+	require.NoError(t, err)
+	require.True(t, c.UsingSMC())
+	require.Empty(t, echoCheck(c, 1).Err)
+	p.expect("CONN")
+	return p, addr, c
+}
+
+// dialServed dials the "serve" child p at addr n times, echoes a fresh payload on each
+// connection, waits for the server's report of it and keeps it open in *keep.
+func dialServed(t *testing.T, p *peer, addr string, n int, keep *[]*smcloop.Conn) []connReport {
+	t.Helper()
+	var rs []connReport
+	for i := range n {
+		c, err := smcloop.Dial("tcp", addr)
+		require.NoError(t, err, "dial %d (has the server died? see its stderr)", i)
+		rs = append(rs, echoCheck(c, uint64(100+i)))
+		p.expect("CONN")
+		*keep = append(*keep, c)
+	}
+	return rs
+}
+
 // fdTargets lists the open descriptors of process pid and what they are, for failure
 // messages.
 func fdTargets(pid int) string {
@@ -460,15 +491,7 @@ func TestResourceServerOutOfFDs(t *testing.T) {
 	serverDeclined := false
 	for _, h := range headrooms() {
 		t.Run(fmt.Sprintf("headroom=%d", h), func(t *testing.T) {
-			p := startChild(t, "TestResourceServerOutOfFDs", "serve")
-			addr := p.addr()
-
-			// Warm up (link, device, link group), then limit the server.
-			c, err := smcloop.Dial("tcp", addr)
-			require.NoError(t, err)
-			require.True(t, c.UsingSMC())
-			require.Empty(t, echoCheck(c, 1).Err)
-			p.expect("CONN")
+			p, addr, c := startWarmServer(t, "TestResourceServerOutOfFDs")
 			p.do("limit %d", h)
 
 			var rs []connReport
@@ -517,16 +540,9 @@ func TestResourceDMBLimit(t *testing.T) {
 	t.Run("server", func(t *testing.T) {
 		p := startChild(t, "TestResourceDMBLimit", "serve", maxDMBs)
 		addr := p.addr()
-		var rs []connReport
 		var keep []*smcloop.Conn
 		defer closeAll(&keep)
-		for i := range resourceDials {
-			c, err := smcloop.Dial("tcp", addr)
-			require.NoError(t, err, "dial %d", i)
-			rs = append(rs, echoCheck(c, uint64(100+i)))
-			p.expect("CONN")
-			keep = append(keep, c)
-		}
+		rs := dialServed(t, p, addr, resourceDials, &keep)
 		assert.Equal(t, 3, checkResourceConns(t, rs, [2]uint32{clc.DeclPeerDecl, clc.DeclMaxDMB}))
 		p.exit()
 	})
@@ -544,13 +560,7 @@ func TestResourceMemoryCgroup(t *testing.T) {
 		runChild(role, args)
 	}
 	parent := memoryCgroupDir(t)
-	p := startChild(t, "TestResourceMemoryCgroup", "serve", "SMCLOOP_RMEM=1048576")
-	addr := p.addr()
-	c, err := smcloop.Dial("tcp", addr)
-	require.NoError(t, err)
-	require.True(t, c.UsingSMC())
-	require.Empty(t, echoCheck(c, 1).Err)
-	p.expect("CONN")
+	p, addr, c := startWarmServer(t, "TestResourceMemoryCgroup", "SMCLOOP_RMEM=1048576")
 	keep := []*smcloop.Conn{c}
 	defer closeAll(&keep)
 
@@ -568,14 +578,7 @@ func TestResourceMemoryCgroup(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(p.pid())), 0))
 
 	const dials = 64
-	var rs []connReport
-	for i := range dials {
-		c, err := smcloop.Dial("tcp", addr)
-		require.NoError(t, err, "dial %d (the server may have been killed)", i)
-		rs = append(rs, echoCheck(c, uint64(100+i)))
-		p.expect("CONN")
-		keep = append(keep, c)
-	}
+	rs := dialServed(t, p, addr, dials, &keep)
 	smc := checkResourceConns(t, rs, [2]uint32{clc.DeclPeerDecl, clc.DeclMem})
 	assert.Less(t, smc, 48, "more 1 MiB DMBs than a 48 MiB cgroup holds")
 	b, err := os.ReadFile(filepath.Join(cg, "memory.oom_control"))

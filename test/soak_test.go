@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
@@ -284,12 +285,8 @@ func peerSoakServer() error {
 			})
 		}
 	})
-	in := make([]byte, 64)
-	for {
-		n, err := os.Stdin.Read(in)
-		if err != nil || strings.TrimSpace(string(in[:n])) == "exit" {
-			break
-		}
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() && sc.Text() != "exit" {
 	}
 	ln.Close()
 	wg.Wait()

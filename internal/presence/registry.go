@@ -67,6 +67,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/smcloop/smcloop/internal/backoff"
 	"github.com/smcloop/smcloop/internal/peercred"
 )
 
@@ -524,11 +525,11 @@ func (a *Advert) close() error {
 // acceptLinks serves dialer links until Close.
 func (a *Advert) acceptLinks() {
 	defer a.wg.Done()
-	var delay time.Duration
+	var retry backoff.Backoff
 	for {
 		c, err := a.ln.AcceptUnix()
 		if err == nil {
-			delay = 0
+			retry.Reset()
 			a.startLink(c)
 			continue
 		}
@@ -536,10 +537,7 @@ func (a *Advert) acceptLinks() {
 			return
 		}
 		// Out of descriptors or the like: back off rather than spin.
-		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-		select {
-		case <-time.After(delay):
-		case <-a.done:
+		if !retry.Wait(a.done) {
 			return
 		}
 	}
