@@ -4,7 +4,7 @@ PKGS    := ./...
 # FUZZTIME, if set (e.g. 30s or 1000000x), replaces every target's smoke budget.
 FUZZTIME ?=
 
-.PHONY: all build test unit race stream load soak fuzz-smoke bench-smoke bench lint tidy-check clean
+.PHONY: all build test unit race stream load soak fuzz-smoke bench-smoke bench-module examples bench lint tidy-check clean
 
 all: build test
 
@@ -14,8 +14,9 @@ build:
 # The whole suite: lint, every package under the race detector (the short variants of the
 # long cross-process tests), the 1 GiB two-process stream and 10,000 concurrent SMC-D
 # connections between two processes without the race detector, a short fuzz of every fuzz
-# target, and one iteration of every Go benchmark.
-test: lint race stream load fuzz-smoke bench-smoke
+# target, one iteration of every Go benchmark, the comparison module (bench/, with
+# shmipc-go) and every example, each run once.
+test: lint race stream load fuzz-smoke bench-smoke bench-module examples
 
 race:
 	$(GO) test -race -short -count=1 -timeout 15m $(PKGS)
@@ -45,6 +46,15 @@ fuzz-smoke:
 
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
+
+# The comparison module (its own go.mod: shmipc-go stays out of the library's): build,
+# vet, its tests under the race detector and a short run.
+bench-module:
+	bench/run.sh
+
+# Every example in its one-command mode, the gRPC module's tests included.
+examples:
+	examples/run.sh
 
 # The comparison the README quotes: smcloop vs Go TCP vs Go unix sockets, separate processes.
 bench: build

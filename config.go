@@ -43,9 +43,12 @@ func (m SendMode) String() string {
 // process defaults come from SMCLOOP_* environment variables (read once, see Environment)
 // and otherwise follow the kernel's net.smc sysctl defaults.
 type Config struct {
-	// RMem is the requested receive buffer (DMB) size in bytes: 16 KiB to 1 MiB, rounded
-	// up to 16 KiB << c like the kernel's compressed size. Default SMCLOOP_RMEM, else
-	// 64 KiB (net.smc.rmem).
+	// RMem fixes the receive buffer (DMB) size in bytes: 16 KiB to 1 MiB, rounded up to
+	// 16 KiB << c like the kernel's compressed size, all of it allocated when the
+	// connection is set up, as the kernel's net.smc.rmem. Default SMCLOOP_RMEM, else
+	// elastic: a 1 MiB DMB of which only the first 64 KiB is allocated; the peer's writer
+	// lets its window grow toward the whole ring while it keeps filling it, and gives the
+	// memory back when it goes idle (docs/TUNING.md, "Buffers").
 	RMem int
 	// WMem is the send buffer size in bytes for SendCopy (in no-copy mode the peer's DMB
 	// is the send buffer). Default SMCLOOP_WMEM, else 64 KiB (net.smc.wmem).
@@ -79,6 +82,13 @@ type Config struct {
 	// DisableSMC turns SMC-D off for this side: a dialer still speaks CLC but declines
 	// with NOSMCDDEV, a listener declines every proposal. Also SMCLOOP_SMCD=off.
 	DisableSMC bool
+	// RequireSMC makes SMC-D mandatory ("SMC or fail"): a dial that would fall back to TCP
+	// fails with a *FallbackError carrying both sides' decline codes, after closing the
+	// TCP connection, and a listener's Accept returns that error for a connection that
+	// would be delivered as TCP (a plain client, or a declined handshake), closing the
+	// connection. The error is temporary (net.Error), so accept loops such as
+	// http.Server's keep serving. Also SMCLOOP_REQUIRE_SMC=on.
+	RequireSMC bool
 	// UEID is the user-defined EID offered and accepted in SMC-Dv2 (the kernel requires
 	// a common UEID or SEID). Default SMCLOOP_UEID, else "SMCLOOP".
 	UEID string
@@ -93,12 +103,14 @@ type Config struct {
 // settings is a Config with every default resolved and validated.
 type settings struct {
 	rmem, wmem       int
+	elastic          bool // rmem is an elastic DMB (RMem and SMCLOOP_RMEM unset)
 	sendMode         SendMode
 	busyPoll         time.Duration
 	noSpin           bool // BusyPoll < 0: sleep at once, no spinning at all
 	autocork         int  // 0: off
 	autosplit        int  // 0: off
 	smcd             bool
+	requireSMC       bool // RequireSMC: a fallback is an error
 	ueid             [clc.EIDLen]byte
 	handshakeTimeout time.Duration
 	device           *ism.Device
@@ -117,6 +129,7 @@ type envDefaults struct {
 	sendMode         SendMode
 	busyPoll         time.Duration
 	smcd             bool
+	requireSMC       bool
 	ueid             string
 	handshakeTimeout time.Duration
 	maxDMBs          int
@@ -161,7 +174,7 @@ var envSettings = map[string]envSetting{
 		}
 		return nil
 	}},
-	"SMCLOOP_BUSY_POLL": {"spin budget before sleeping, e.g. 200us (0 = off)", func(v string, d *envDefaults) (err error) {
+	"SMCLOOP_BUSY_POLL": {"busy-poll budget before sleeping, e.g. 200us; 0 = the default adaptive spin-yield (at most 30us); Config.BusyPoll < 0 disables spinning", func(v string, d *envDefaults) (err error) {
 		d.busyPoll, err = time.ParseDuration(v)
 		if err == nil && d.busyPoll < 0 {
 			err = fmt.Errorf("want a duration >= 0")
@@ -170,6 +183,10 @@ var envSettings = map[string]envSetting{
 	}},
 	"SMCLOOP_SMCD": {"on or off", func(v string, d *envDefaults) (err error) {
 		d.smcd, err = parseOnOff(v)
+		return err
+	}},
+	"SMCLOOP_REQUIRE_SMC": {"on or off: a connection that would fall back to TCP is an error instead (Config.RequireSMC)", func(v string, d *envDefaults) (err error) {
+		d.requireSMC, err = parseOnOff(v)
 		return err
 	}},
 	"SMCLOOP_UEID": {"user-defined EID, up to 32 of A-Z 0-9 . -", func(v string, d *envDefaults) error {
@@ -197,6 +214,12 @@ var envSettings = map[string]envSetting{
 		}
 		return err
 	}},
+	// Read by registry.go when the first connection or listener starts the endpoint;
+	// parsed here so that a typo fails every Dial and Listen.
+	envIntrospect: {"introspection endpoint for smcloop ss and stats: on or off (docs/CLI.md)", func(v string, d *envDefaults) error {
+		_, err := parseOnOff(v)
+		return err
+	}},
 	// Read by internal/peercred itself (the ISM device and the registration tables apply
 	// it too); parsed here so that a typo fails every Dial and Listen.
 	peercred.EnvPeerUIDs: {"other users' uids whose processes may share memory with this one, e.g. 1000,1001 (docs/SECURITY.md)", func(v string, d *envDefaults) error {
@@ -221,7 +244,7 @@ func processDefaults() (envDefaults, error) {
 
 func readEnv(environ []string) (envDefaults, error) {
 	d := envDefaults{
-		rmem: 64 << 10, wmem: 64 << 10, sendMode: SendNoCopy, smcd: true,
+		rmem: 0, wmem: 64 << 10, sendMode: SendNoCopy, smcd: true,
 		autocork: 0, autosplit: 128 << 10,
 		ueid: "SMCLOOP", handshakeTimeout: clc.WaitTime,
 	}
@@ -313,6 +336,10 @@ func (c *Config) resolve() (*settings, error) {
 		rmem: env.rmem, wmem: env.wmem, sendMode: env.sendMode, busyPoll: env.busyPoll,
 		autocork: env.autocork, autosplit: env.autosplit,
 		smcd: env.smcd && !c.DisableSMC, handshakeTimeout: env.handshakeTimeout, device: c.Device,
+		requireSMC: env.requireSMC || c.RequireSMC,
+	}
+	if s.requireSMC && !s.smcd {
+		return nil, fmt.Errorf("smcloop: SMC-D is both required (Config.RequireSMC or SMCLOOP_REQUIRE_SMC=on) and disabled (Config.DisableSMC or SMCLOOP_SMCD=off), so every connection would fail; unset one of them")
 	}
 	if c.RMem != 0 {
 		s.rmem = c.RMem
@@ -320,7 +347,9 @@ func (c *Config) resolve() (*settings, error) {
 	if c.WMem != 0 {
 		s.wmem = c.WMem
 	}
-	if s.rmem, err = dmbSize("RMem", s.rmem); err != nil {
+	if s.rmem == 0 {
+		s.rmem, s.elastic = ism.MaxDMBSize, true
+	} else if s.rmem, err = dmbSize("RMem", s.rmem); err != nil {
 		return nil, err
 	}
 	if s.wmem, err = dmbSize("WMem", s.wmem); err != nil {

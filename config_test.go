@@ -35,8 +35,8 @@ func TestConfigErrorsSayWhatToChange(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Dial("unix", "/tmp/x"); err == nil || !strings.Contains(err.Error(), "tcp, tcp4 or tcp6") {
-		t.Errorf("Dial on unix: %v", err)
+	if _, err := Dial("udp", "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "tcp, tcp4, tcp6 or unix stream sockets") {
+		t.Errorf("Dial on udp: %v", err)
 	}
 	if _, err := (&ListenConfig{Backlog: -1}).Listen(t.Context(), "tcp", "127.0.0.1:0"); err == nil {
 		t.Error("negative backlog accepted")

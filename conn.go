@@ -20,6 +20,11 @@ type link interface {
 	Init()
 	RxRing() []byte
 	TxBuf() []byte
+	TxElastic() bool
+	TxChunks() int
+	TxChunk(off int) int
+	CommitTx(k int) error
+	DecommitTx(k int) error
 	LoadPeerProd() uint64
 	LoadPeerCons() uint64
 	PushProd(w uint64, off, n int)
@@ -27,6 +32,7 @@ type link interface {
 	Announce(bit uint64)
 	Retract(bit uint64)
 	Sleeping(bit uint64) bool
+	FutexSleep(bit uint64, ready func() bool, d time.Duration) bool
 	Wait(bit uint64) error
 	SetDeadline(bit uint64, t time.Time) error
 	WakeLocal()
@@ -51,6 +57,9 @@ type Conn struct {
 	ticket                     *presence.Ticket // announcement kept until the server surely took it
 	clcBytesSent, clcBytesRecv uint64
 	server                     bool // accepted, not dialed
+	// hs is set for a dial that returned before its handshake (DialConn): this Conn then
+	// forwards every call to the connection the handshake makes (conn_pending.go).
+	hs *pendingHandshake
 
 	// Reader state, owned by readMu.
 	readMu      sync.Mutex
@@ -74,6 +83,10 @@ type Conn struct {
 	moreHeld bool          // the last write carried "more is coming"
 	wrClosed atomic.Bool   // CloseWrite done
 	txSpin   spinner
+	txw      txWindow // elastic send window (window.go)
+	zc       zeroCopy // the outstanding lease and reservation (zerocopy.go)
+
+	rxWaits, txWaits waitCounts // how the reader's and the writer's waits ended
 
 	// The autocork flusher, started by the first autocorked write (writeMu; nil until
 	// then, so that connections that never autocork allocate none of it).
@@ -84,6 +97,7 @@ type Conn struct {
 	rxBytes, rxCalls, txBytes, txCalls               atomic.Uint64
 	pushes, corkPushes, nodelayPushes, sendfileCalls atomic.Uint64
 	autocorked, autosplitSegments, windowUpdates     atomic.Uint64
+	meter                                            connMeter // registry.go: the registry entry, full buffers, request sizes
 
 	// The consumer word we publish in the peer's CDC area carries our consumer cursor
 	// and our producer and connection-state flags; ctlMu serialises its writers and
@@ -153,20 +167,40 @@ func (d *deadline) expired() bool {
 
 // UsingSMC reports whether the connection's bytes go through SMC-D shared memory (false
 // after a fallback to TCP).
-func (c *Conn) UsingSMC() bool { return c.smc }
+func (c *Conn) UsingSMC() bool {
+	c, err := c.resolve("get")
+	return err == nil && c.smc
+}
 
 // FallbackReason returns, for a connection that fell back to TCP, the local decline code
 // and the peer's (its peer diagnosis, 0 if the peer did not decline), as smcss shows
 // "TCP 0x03010000/0x00000000". Both are 0 while SMC is in use. clc.CodeName names them.
-func (c *Conn) FallbackReason() (local, peer uint32) { return c.localReason, c.peerReason }
+func (c *Conn) FallbackReason() (local, peer uint32) {
+	c, err := c.resolve("get")
+	if err != nil {
+		return 0, 0
+	}
+	return c.localReason, c.peerReason
+}
 
 // Mode names what is on the wire, like smcss's Mode column: "SMCD" or
-// "TCP 0x05000000/0x03030001".
+// "TCP 0x05000000/0x03030001" ("UNIX ..." for a fallback on a unix socket).
 func (c *Conn) Mode() string {
+	if c == nil {
+		return "closed (nil *Conn)"
+	}
+	c, err := c.resolve("get")
+	if err != nil {
+		return "failed (" + err.Error() + ")"
+	}
 	if c.smc {
 		return "SMCD"
 	}
-	return "TCP " + hex32(c.localReason) + "/" + hex32(c.peerReason) + " (" + clc.CodeName(c.localReason) + "/" + peerName(c.peerReason) + ")"
+	carrier := "TCP "
+	if _, ok := c.tcp.Conn.(*net.UnixConn); ok {
+		carrier = "UNIX " // a fallback on a unix socket
+	}
+	return carrier + hex32(c.localReason) + "/" + hex32(c.peerReason) + " (" + clc.CodeName(c.localReason) + "/" + peerName(c.peerReason) + ")"
 }
 
 func peerName(code uint32) string {
@@ -186,14 +220,36 @@ func hex32(v uint32) string {
 	return string(b)
 }
 
-// LocalAddr returns the local network address (of the TCP connection).
-func (c *Conn) LocalAddr() net.Addr { return c.tcp.LocalAddr() }
+// LocalAddr returns the local network address (of the TCP connection); nil for a nil
+// *Conn.
+func (c *Conn) LocalAddr() net.Addr {
+	switch {
+	case c == nil:
+		return nil
+	case c.hs != nil:
+		return c.hs.tcp.LocalAddr()
+	}
+	return c.tcp.LocalAddr()
+}
 
-// RemoteAddr returns the remote network address (of the TCP connection).
-func (c *Conn) RemoteAddr() net.Addr { return c.tcp.RemoteAddr() }
+// RemoteAddr returns the remote network address (of the TCP connection); nil for a nil
+// *Conn.
+func (c *Conn) RemoteAddr() net.Addr {
+	switch {
+	case c == nil:
+		return nil
+	case c.hs != nil:
+		return c.hs.tcp.RemoteAddr()
+	}
+	return c.tcp.RemoteAddr()
+}
 
 // SetDeadline sets the read and write deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {
+	c, err := c.resolve("set")
+	if err != nil {
+		return err
+	}
 	if err := c.SetReadDeadline(t); err != nil {
 		return err
 	}
@@ -202,6 +258,10 @@ func (c *Conn) SetDeadline(t time.Time) error {
 
 // SetReadDeadline sets the deadline for Read calls, including one already blocked.
 func (c *Conn) SetReadDeadline(t time.Time) error {
+	c, err := c.resolve("set")
+	if err != nil {
+		return err
+	}
 	if !c.smc {
 		return c.tcp.SetReadDeadline(t)
 	}
@@ -214,6 +274,10 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 
 // SetWriteDeadline sets the deadline for Write calls, including one already blocked.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c, err := c.resolve("set")
+	if err != nil {
+		return err
+	}
 	if !c.smc {
 		return c.tcp.SetWriteDeadline(t)
 	}

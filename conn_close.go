@@ -158,6 +158,10 @@ func closeStep(s State, ev closeEvent, shutWr, peerClosed bool) transition {
 // State returns the connection's close state (StateActive while open; fallback
 // connections report StateActive until closed).
 func (c *Conn) State() State {
+	c, err := c.resolve("state")
+	if err != nil {
+		return StateClosed
+	}
 	c.ctlMu.Lock()
 	defer c.ctlMu.Unlock()
 	return c.state
@@ -200,9 +204,16 @@ func (c *Conn) observePeer(cf cdc.ConnFlags) {
 // blocked Read or Write, closes the TCP connection (with a reset where the peer can have
 // nothing left to read on it) and releases both DMBs.
 func (c *Conn) Close() error {
+	if c == nil {
+		return nilConnError("close")
+	}
+	if c.hs != nil {
+		return c.closePending()
+	}
 	if !c.closed.CompareAndSwap(false, true) {
 		return c.opError("close", net.ErrClosed)
 	}
+	c.untrack() // registry.go: before anything is released
 	if !c.smc {
 		if c.ticket != nil {
 			c.ticket.Cancel() // a no-op once the listener took it
@@ -256,7 +267,10 @@ func (c *Conn) Close() error {
 	c.ctlMu.Lock()
 	peerDone = c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
 	c.ctlMu.Unlock()
-	c.link.Close(peerDone)
+	if c.deferClose(peerDone) { // else the end of the last lease or reservation does it
+		elasticConns.remove(c)
+		c.link.Close(peerDone)
+	}
 	return nil
 }
 
@@ -264,8 +278,12 @@ func (c *Conn) Close() error {
 // written so far and then io.EOF, and may keep writing to us. On SMC the TCP connection
 // stays fully open: it is the liveness channel.
 func (c *Conn) CloseWrite() error {
+	c, err := c.resolve("close")
+	if err != nil {
+		return err
+	}
 	if !c.smc {
-		if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {
+		if tc, ok := c.tcp.Conn.(interface{ CloseWrite() error }); ok { // TCP or unix
 			return tc.CloseWrite()
 		}
 		return c.opError("close", fmt.Errorf("CloseWrite not supported on %T", c.tcp.Conn))
@@ -289,8 +307,12 @@ func (c *Conn) CloseWrite() error {
 // CloseRead shuts down the reading side locally (shutdown(SHUT_RD)): further Reads
 // return io.EOF. The peer is not told, as with SMC.
 func (c *Conn) CloseRead() error {
+	c, err := c.resolve("close")
+	if err != nil {
+		return err
+	}
 	if !c.smc {
-		if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {
+		if tc, ok := c.tcp.Conn.(interface{ CloseRead() error }); ok { // TCP or unix
 			return tc.CloseRead()
 		}
 		return c.opError("close", fmt.Errorf("CloseRead not supported on %T", c.tcp.Conn))

@@ -2,6 +2,7 @@ package smcloop
 
 import (
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -15,6 +16,10 @@ import (
 // flushDecision: at the end of the write, per autosplit segment, when the ring is full —
 // and not while corked, or while autocorking holds a small write back.
 func (c *Conn) Write(b []byte) (int, error) {
+	c, err := c.resolve("write")
+	if err != nil {
+		return 0, err
+	}
 	if !c.smc {
 		return c.tcp.Write(b)
 	}
@@ -25,6 +30,10 @@ func (c *Conn) Write(b []byte) (int, error) {
 // the bytes wait in the send space until a write without "more", an uncork, NoDelay, or a
 // full send space pushes them. On a TCP fallback it is Write.
 func (c *Conn) WriteMore(b []byte) (int, error) {
+	c, err := c.resolve("write")
+	if err != nil {
+		return 0, err
+	}
 	if !c.smc {
 		return c.tcp.Write(b)
 	}
@@ -35,7 +44,14 @@ func (c *Conn) WriteMore(b []byte) (int, error) {
 // clearing it publishes what is pending at once, in this call (no deferred work, no timer).
 // On a TCP fallback it sets TCP_CORK on the socket.
 func (c *Conn) SetCork(on bool) error {
+	c, err := c.resolve("set")
+	if err != nil {
+		return err
+	}
 	if !c.smc {
+		if _, ok := c.tcp.Conn.(*net.TCPConn); !ok {
+			return nil // a unix socket sends what it is given; there is nothing to cork
+		}
 		return sockopt.SetCork(c.tcp.Conn, on)
 	}
 	c.writeMu.Lock()
@@ -56,6 +72,10 @@ func (c *Conn) SetCork(on bool) error {
 // pushes, as the kernel's does since 2022). SMC has no Nagle algorithm, so false changes
 // nothing on SMC. On a TCP fallback it sets TCP_NODELAY.
 func (c *Conn) SetNoDelay(on bool) error {
+	c, err := c.resolve("set")
+	if err != nil {
+		return err
+	}
 	if !c.smc {
 		if tc, ok := c.tcp.Conn.(interface{ SetNoDelay(bool) error }); ok {
 			return tc.SetNoDelay(on)
@@ -82,6 +102,10 @@ func (c *Conn) SetNoDelay(on bool) error {
 // io.Copy(conn, r) take the short path. On a TCP fallback it is the socket's ReadFrom
 // (sendfile or splice).
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	c, err := c.resolve("readfrom")
+	if err != nil {
+		return 0, err
+	}
 	if !c.smc {
 		if rf, ok := c.tcp.Conn.(io.ReaderFrom); ok {
 			n, err := rf.ReadFrom(r)
@@ -97,6 +121,9 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	c.txCalls.Add(1)
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	if c.zc.resvOut() {
+		return 0, c.opError("readfrom", ErrZeroCopyBusy)
+	}
 	var total int64
 	for {
 		if err := c.sendable(); err != nil {
@@ -108,7 +135,11 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 		// Read into the contiguous free span at the prepared cursor.
 		off := int(c.txPrep.Count)
-		span := c.link.TxBuf()[off : off+min(free, c.txSize-off)]
+		room, err := c.commitLocked(min(free, c.txSize-off))
+		if err != nil {
+			return total, c.opError("write", err)
+		}
+		span := c.link.TxBuf()[off : off+room]
 		n, rerr := r.Read(span)
 		if n < 0 || n > len(span) {
 			return total, c.opError("write", io.ErrShortWrite)
@@ -150,8 +181,12 @@ func isFile(r io.Reader) bool {
 // send is Write and WriteMore on SMC.
 func (c *Conn) send(b []byte, more bool) (int, error) {
 	c.txCalls.Add(1)
+	c.meter.txSizes.add(len(b))
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	if c.zc.resvOut() {
+		return 0, c.opError("write", ErrZeroCopyBusy)
+	}
 	split := splitSize(len(b), c.cfg.autosplit)
 	total, segment := 0, 0
 	for len(b) > 0 {
@@ -165,6 +200,10 @@ func (c *Conn) send(b []byte, more bool) (int, error) {
 		n := min(free, len(b))
 		if split > 0 {
 			n = min(n, split-segment)
+		}
+		if n, err = c.commitLocked(n); err != nil {
+			c.flushLocked(true, segment, split > 0) // what was written goes out
+			return total, c.opError("write", err)
 		}
 		c.copyIn(b[:n])
 		b, total, segment = b[n:], total+n, segment+n
@@ -216,9 +255,14 @@ func (c *Conn) waitSpace() (int, error) {
 		case gone:
 			return 0, c.opError("write", ErrPeerGone)
 		}
-		if free > 0 {
+		if free = c.windowFree(free); free > 0 {
 			return free, nil
 		}
+		if c.txSize-cdc.Diff(c.txSize, c.txCons, c.txPrep) > 0 {
+			c.growLocked() // the window is full, the ring is not: the traffic wants more
+			continue
+		}
+		c.meter.txFull.Add(1)
 		c.pushLocked() // rule 2: a full send space goes out
 		c.setWriteBlocked(true)
 		took := c.takeSpaceBell()
@@ -299,7 +343,7 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 	pending := cdc.Diff(c.txSize, c.txProd, c.txPrep)
 	st := flushState{
 		pending:    pending,
-		free:       c.txSize - cdc.Diff(c.txSize, c.txCons, c.txPrep),
+		free:       c.windowFree(c.txSize - cdc.Diff(c.txSize, c.txCons, c.txPrep)),
 		endOfWrite: endOfWrite,
 		segment:    segment,
 		corked:     c.corked,

@@ -21,11 +21,40 @@ type Dialer struct {
 	NetDialer net.Dialer
 }
 
-// Dial connects to address on a TCP network ("tcp", "tcp4" or "tcp6") and runs the SMC
+// Dial connects to address on a TCP network ("tcp", "tcp4" or "tcp6"), or to a unix
+// stream socket ("unix": a path, or "@name" in the abstract namespace), and runs the SMC
 // handshake. The result uses SMC-D when both sides can, TCP otherwise (see UsingSMC).
 func Dial(network, address string) (*Conn, error) {
 	var d Dialer
 	return d.DialContext(context.Background(), network, address)
+}
+
+// DialContext dials with the process defaults and returns a net.Conn, so that it fits
+// http.Transport.DialContext and grpc.WithContextDialer as it is. It is Dialer.DialConn:
+// it returns once the TCP connection is up and runs the CLC handshake in the background,
+// as a kernel SMC socket does for a non-blocking connect. On error the net.Conn is nil (a
+// nil interface, not a nil *Conn in one); otherwise its concrete type is *Conn.
+func DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var d Dialer
+	return d.DialConn(ctx, network, address)
+}
+
+// DialConn is DialContext for connection pools (http.Transport.DialContext,
+// grpc.WithContextDialer): it returns a net.Conn, nil on error, as soon as the TCP
+// connection is up, and the CLC handshake runs in the background, as a kernel SMC socket
+// does for a non-blocking connect. The first call on the connection waits for the
+// handshake; a handshake that fails makes every call fail with its error. A pool
+// therefore waits on a new connection only as long as it would for TCP: while a dial is
+// in progress, http.Transport hands a request any connection that turns idle and dials
+// again for the request that freed it, so a dial that takes the handshake's time too
+// opens connections TCP would not have. With Config.RequireSMC it waits for the
+// handshake, since a fallback must fail the dial.
+func (d *Dialer) DialConn(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := d.dial(ctx, network, address, true)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Dial is DialContext with a background context.
@@ -42,6 +71,11 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // other server the connection is plain TCP from the first byte, with fallback reason
 // PEERNOSMC, exactly like a kernel SMC socket whose SYN-ACK lacked the SMC option.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
+	return d.dial(ctx, network, address, false)
+}
+
+// dial is DialContext; with background the handshake runs after it returns (DialConn).
+func (d *Dialer) dial(ctx context.Context, network, address string, background bool) (*Conn, error) {
 	if err := checkNetwork(network); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
@@ -49,7 +83,15 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
+	if network == "unix" {
+		return d.dialUnix(ctx, address, cfg, background)
+	}
 	if plainDestination(ctx, address) {
+		if cfg.requireSMC {
+			// No smcloop listener: the connection would be plain TCP. Fail without
+			// connecting, so the plain server sees nothing.
+			return nil, &net.OpError{Op: "dial", Net: network, Err: &FallbackError{Local: clc.DeclPeerNoSMC}}
+		}
 		// A literal address with no smcloop listener behind it: plain TCP, dialed as net
 		// would (its own keep-alive), without the hook that binds and announces.
 		tcp, err := d.NetDialer.DialContext(ctx, network, address)
@@ -65,7 +107,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 		ctx, cancel = context.WithTimeout(ctx, d.NetDialer.Timeout)
 		defer cancel()
 	}
-	var sig dialSignal
+	sig := dialSignal{require: cfg.requireSMC}
 	nd := d.NetDialer
 	nd.ControlContext = sig.control(d.NetDialer)
 	nd.Control = nil
@@ -81,22 +123,45 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 		c := plainConn(tcp, cfg, clc.DeclPeerNoSMC)
 		countHandshake(sideClient, c, nil)
 		applyKeepAlive(c, ka)
-		return c, nil
+		return requireSMC(c, "dial", network)
 	}
+	if background && !cfg.requireSMC {
+		return handshakeInBackground(ctx, tcp, cfg, ticket, ka, network), nil
+	}
+	return handshakeDialed(ctx, tcp, cfg, ticket, ka, network)
+}
+
+// handshakeDialed runs the client handshake on a dialed TCP connection whose
+// announcement the listener takes.
+func handshakeDialed(ctx context.Context, tcp net.Conn, cfg *settings, ticket *presence.Ticket, ka net.KeepAliveConfig, network string) (*Conn, error) {
 	c, err := clientHandshake(ctx, tcp, cfg)
 	countHandshake(sideClient, c, err)
-	applyKeepAlive(c, ka)
 	if err != nil {
-		ticket.Cancel() // in case the listener never took it
+		if ticket != nil {
+			ticket.Cancel() // in case the listener never took it
+		}
 		tcp.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Source: tcp.LocalAddr(), Addr: tcp.RemoteAddr(), Err: err}
 	}
+	applyKeepAlive(c, ka)
 	if c.clcBytesRecv == 0 {
 		// We declined without hearing from the server. It takes announcements as it
 		// accepts; should it never accept this connection, the close releases ours.
 		c.ticket = ticket
 	}
-	return c, nil
+	return requireSMC(c, "dial", network)
+}
+
+// requireSMC enforces Config.RequireSMC on a connection made: a fallback is closed and
+// becomes a *FallbackError.
+func requireSMC(c *Conn, op, network string) (*Conn, error) {
+	if c.smc || !c.cfg.requireSMC {
+		return c, nil
+	}
+	local, peer := c.FallbackReason()
+	err := &net.OpError{Op: op, Net: network, Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: &FallbackError{Local: local, Peer: peer}}
+	c.Close()
+	return nil, err
 }
 
 // dialSignal binds the dialing socket before its SYN and, if the destination is a local
@@ -104,6 +169,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Con
 // the listener knows to expect CLC (docs/CAPABILITY.md). A dial may try several
 // addresses; one ticket per attempt is kept until the winner is known.
 type dialSignal struct {
+	require bool // RequireSMC: an attempt that would be plain TCP fails before connect
 	mu      sync.Mutex
 	tickets []*presence.Ticket
 }
@@ -132,6 +198,9 @@ func (s *dialSignal) control(user net.Dialer) func(ctx context.Context, network,
 		if a, ok := user.LocalAddr.(*net.TCPAddr); ok && a != nil {
 			laddr = a.AddrPort()
 		}
+		if link == nil && s.require {
+			return &FallbackError{Local: clc.DeclPeerNoSMC}
+		}
 		if link == nil && !laddr.IsValid() {
 			return nil // plain TCP: let connect pick the port
 		}
@@ -141,6 +210,9 @@ func (s *dialSignal) control(user net.Dialer) func(ctx context.Context, network,
 		}
 		t, ok := link.Announce(port, dst)
 		if !ok {
+			if s.require {
+				return &FallbackError{Local: clc.DeclPeerNoSMC}
+			}
 			return nil // not announced, no CLC: the connection is plain TCP
 		}
 		s.mu.Lock()
@@ -188,8 +260,8 @@ func plainDestination(ctx context.Context, address string) bool {
 
 func checkNetwork(network string) error {
 	switch network {
-	case "tcp", "tcp4", "tcp6":
+	case "tcp", "tcp4", "tcp6", "unix":
 		return nil
 	}
-	return net.UnknownNetworkError(network + " (smcloop runs SMC over tcp, tcp4 or tcp6)")
+	return net.UnknownNetworkError(network + " (smcloop runs SMC over tcp, tcp4, tcp6 or unix stream sockets)")
 }

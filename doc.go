@@ -17,14 +17,20 @@
 //
 // A dialer speaks CLC only to a local smcloop listener and a listener expects it only
 // from an smcloop dialer (docs/CAPABILITY.md), so either works unchanged against plain
-// TCP peers, whichever side speaks first.
+// TCP peers, whichever side speaks first. Listen("unix", path) and Dial("unix", path) do
+// the same over a unix stream socket. DialContext fits http.Transport and
+// grpc.WithContextDialer: it returns once the connection is up and handshakes in the
+// background.
 //
 // Beyond net.Conn, *Conn has the SMC socket's controls: SetCork (TCP_CORK), WriteMore
 // (MSG_MORE), SetNoDelay, CloseWrite and CloseRead, ReadFrom (sendfile: a file's pages go
 // straight into the peer's buffer) and WriteTo, and it reports what is on the wire
 // (UsingSMC, Mode, FallbackReason, State) and its counters (Stats). Settings come from
 // Config and ListenConfig, with process defaults from SMCLOOP_* environment variables
-// (docs/TUNING.md).
+// (docs/TUNING.md; Environment lists them). SMCLOOP_SMCD=off (or 0, or false) turns SMC-D
+// off for the process, as Config.DisableSMC does; SMCLOOP_REQUIRE_SMC=on (or 1, or true)
+// makes a fallback an error, as Config.RequireSMC does; SMCLOOP_BUSY_POLL=200us sets a
+// busy-poll budget, and 0 keeps the default adaptive spin-yield.
 //
 // The packages below the module root are the layers: shm (fd passing, peer credentials,
 // memfd regions), ism (the emulated ISM device: DMBs in memfd slabs, one signal channel

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/smcloop/smcloop/clc"
 )
 
 // Errors a Conn can report beneath its *net.OpError. Each matches the errno a kernel SMC
@@ -52,3 +54,27 @@ func (e *ProtocolError) Unwrap() error { return e.Err }
 func (e *ProtocolError) Is(target error) bool {
 	return target == ErrProtocol || target == syscall.ECONNABORTED
 }
+
+// FallbackError is the error of a connection that would have fallen back to TCP while
+// SMC-D is required (Config.RequireSMC, SMCLOOP_REQUIRE_SMC). Local and Peer are the
+// decline codes FallbackReason would have reported (clc.CodeName names them); the TCP
+// connection is closed. It is temporary (net.Error), so an accept loop that retries
+// temporary errors, as http.Server's does, goes on serving.
+type FallbackError struct {
+	Local, Peer uint32
+}
+
+func (e *FallbackError) Error() string {
+	return fmt.Sprintf("smcloop: SMC-D required (Config.RequireSMC or SMCLOOP_REQUIRE_SMC) but the connection would fall back to TCP: reason %s %s, peer %s",
+		hex32(e.Local), clc.CodeName(e.Local), peerName(e.Peer))
+}
+
+// Timeout reports false: the handshake ended, with a decline.
+func (e *FallbackError) Timeout() bool { return false }
+
+// Temporary reports true: the next connection may use SMC-D.
+func (e *FallbackError) Temporary() bool { return true }
+
+// Is matches clc.ErrDeclined: the connection was declined, by a side or by the absence
+// of a capability signal.
+func (e *FallbackError) Is(target error) bool { return target == clc.ErrDeclined }

@@ -206,6 +206,7 @@ func (h *handshake) established() (*Conn, error) {
 		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
 		server: h.side == "server",
 	}
+	c.initWindow()
 	if n := len(h.tcp.pending); n > 0 {
 		// The peer sent more after its last CLC message: nothing may follow it on TCP.
 		c.abort(fmt.Errorf("%d unexpected bytes on the CLC socket of an established SMC connection", n))
@@ -216,7 +217,7 @@ func (h *handshake) established() (*Conn, error) {
 // registerDMB gets the local receive buffer from the link group (reused or newly
 // registered), mapping a refusal to the kernel's decline code.
 func (h *handshake) registerDMB() (code uint32) {
-	dmb, _, err := h.group.GetDMB(h.cfg.rmem)
+	dmb, _, err := h.group.GetDMB(h.cfg.rmem, h.cfg.elastic)
 	switch {
 	case errors.Is(err, ism.ErrNoSpace):
 		return clc.DeclMaxDMB
@@ -254,6 +255,10 @@ func linkGroups(dev *ism.Device) *smcd.Groups {
 // diagnostics name the far end's owner. Any doubt (not TCP, the far end gone, no
 // answer) is a no.
 func peerTrusted(tcp net.Conn) bool {
+	if uc, ok := tcp.(*net.UnixConn); ok {
+		cred, err := peercred.UnixPeer(uc) // a unix socket knows its peer: SO_PEERCRED
+		return err == nil && peercred.Trusted(cred.UID)
+	}
 	la, ok1 := tcp.LocalAddr().(*net.TCPAddr)
 	ra, ok2 := tcp.RemoteAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {

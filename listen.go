@@ -77,10 +77,19 @@ type ListenerStats struct {
 	AcceptRetries  uint64 // transient accept errors (EMFILE, ENFILE, ENOBUFS...), retried after a back-off
 	BusyDeclined   uint64 // smcloop clients declined (MEM) because every handshake slot was taken
 	BusyDropped    uint64 // smcloop clients closed unanswered because as many were being declined already
-	PendingNow     int    // connections delivered and not yet accepted now (plus one the accept loop may hold)
+	PendingNow     int    // connections delivered and not yet accepted now
 	HandshakingNow int    // handshakes queued or running now
 	Advertising    bool   // the SMC capability signal is up now (false while withdrawn)
 	Probing        bool   // withdrawn, but one more client may announce (LimitHandshake's probe)
+}
+
+// advert is a listener's capability signal: *presence.Advert for TCP,
+// *presence.UnixAdvert for unix sockets.
+type advert interface {
+	Withdraw()
+	Restore()
+	Probe(n uint32)
+	Close() error
 }
 
 // Listener accepts SMC connections. Its accept loop never waits on a handshake: it
@@ -92,7 +101,7 @@ type Listener struct {
 	limitHS bool
 	workers int
 	delay   time.Duration
-	adv     *presence.Advert // our capability signal and registration table
+	adv     advert // our capability signal (and, for TCP, registration table)
 	// keepAlive is the TCP keep-alive for connections delivered as TCP.
 	keepAlive net.KeepAliveConfig
 
@@ -132,7 +141,10 @@ type Listener struct {
 	once   sync.Once
 }
 
-// Listen listens on a TCP address and accepts SMC connections with process defaults.
+// Listen listens on a TCP address ("tcp", "tcp4", "tcp6") or a unix stream socket
+// ("unix": a path, or "@name" in the abstract namespace) and accepts SMC connections
+// with process defaults. Over a unix socket the CLC exchange and the liveness channel
+// use the socket, and a fallback carries the bytes on it.
 func Listen(network, address string) (*Listener, error) {
 	var lc ListenConfig
 	return lc.Listen(context.Background(), network, address)
@@ -182,11 +194,6 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if err != nil {
 		return nil, err
 	}
-	ta, ok := tcp.Addr().(*net.TCPAddr)
-	if !ok {
-		tcp.Close()
-		return fail(fmt.Errorf("smcloop: listener address %v is not TCP", tcp.Addr()))
-	}
 	l := &Listener{
 		tcp: tcp, cfg: cfg, limitHS: limit, keepAlive: ka, workers: workers, delay: lc.HandshakeDelay,
 		ready:   make(chan *Conn, backlog),
@@ -199,9 +206,17 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		signal:  signalUp,
 		closed:  make(chan struct{}),
 	}
-	if l.adv, err = presence.Advertise(ta.AddrPort()); err != nil {
+	switch a := tcp.Addr().(type) {
+	case *net.TCPAddr:
+		l.adv, err = presence.Advertise(a.AddrPort())
+	case *net.UnixAddr:
+		l.adv, err = presence.AdvertiseUnix(a.Name)
+	default:
+		err = fmt.Errorf("listener address %v is neither TCP nor unix", a)
+	}
+	if err != nil {
 		tcp.Close()
-		return fail(fmt.Errorf("smcloop: advertising SMC capability for %v: %w", ta, err))
+		return fail(fmt.Errorf("smcloop: advertising SMC capability for %v: %w", tcp.Addr(), err))
 	}
 	l.inflight = make([]atomic.Pointer[net.Conn], workers)
 	l.idle = make(chan int, workers)
@@ -210,6 +225,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
+	trackListener(l) // registry.go: smcloop ss -l
 	return l, nil
 }
 
@@ -314,12 +330,15 @@ type hsJob struct {
 // registration table, i.e. is an smcloop dialer about to send a CLC Proposal, and
 // consumes the announcement.
 func (l *Listener) clientAnnounced(tcp net.Conn) bool {
+	if _, ok := l.adv.(*presence.UnixAdvert); ok {
+		return presence.UnixAnnounced(tcp.RemoteAddr())
+	}
 	la, ok1 := tcp.LocalAddr().(*net.TCPAddr)
 	ra, ok2 := tcp.RemoteAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {
 		return false
 	}
-	return l.adv.Take(ra.AddrPort(), la.AddrPort())
+	return l.adv.(*presence.Advert).Take(ra.AddrPort(), la.AddrPort())
 }
 
 // hsStarted and hsFinished count handshakes for the congestion tests and, with
@@ -522,21 +541,29 @@ func (l *Listener) deliver(c *Conn) {
 }
 
 // Accept waits for the next connection (SMC-D, or TCP after a fallback).
-func (l *Listener) Accept() (net.Conn, error) { return l.AcceptSMC() }
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.AcceptSMC()
+	if err != nil {
+		return nil, err // a nil interface, not a nil *Conn in one
+	}
+	return c, nil
+}
 
-// AcceptSMC is Accept returning the concrete type.
+// AcceptSMC is Accept returning the concrete type. With Config.RequireSMC, a connection
+// that would be delivered as TCP is closed and reported as a *FallbackError (temporary:
+// accept again).
 func (l *Listener) AcceptSMC() (*Conn, error) {
 	select {
 	case c := <-l.ready:
 		<-l.slots
-		return c, nil
+		return requireSMC(c, "accept", "smcd")
 	case <-l.closed:
 	}
 	// Prefer connections that made it before the close.
 	select {
 	case c := <-l.ready:
 		<-l.slots
-		return c, nil
+		return requireSMC(c, "accept", "smcd")
 	default:
 	}
 	l.mu.Lock()
@@ -554,7 +581,7 @@ func (l *Listener) Stats() ListenerStats {
 		Accepted: l.accepted.Load(), SMC: l.smc.Load(), Fallback: l.fallback.Load(),
 		HandshakeErrs: l.hsErrs.Load(), Congested: l.congestions.Load(), Withdrawn: l.withdrawals.Load(),
 		BacklogFull: l.backlogFull.Load(), AcceptRetries: l.acceptRetries.Load(),
-		BusyDeclined: l.busyDeclined.Load(), BusyDropped: l.busyDropped.Load(), PendingNow: len(l.slots), HandshakingNow: int(l.handshaking.Load()),
+		BusyDeclined: l.busyDeclined.Load(), BusyDropped: l.busyDropped.Load(), PendingNow: len(l.ready), HandshakingNow: int(l.handshaking.Load()),
 		Advertising: l.advertising(), Probing: l.probing(),
 	}
 }
@@ -581,6 +608,7 @@ func (l *Listener) Close() error {
 // shutdown closes the TCP listener and signals every goroutine to stop, without waiting.
 func (l *Listener) shutdown() (err error) {
 	l.once.Do(func() {
+		untrackListener(l) // registry.go
 		close(l.closed)
 		l.shut.Store(true)
 		for i := range l.inflight {

@@ -36,10 +36,56 @@ type ConnStats struct {
 	Autocorked, AutosplitSegments, WindowUpdates     uint64
 	// RMBSize and PeerRMBSize are the local and peer DMB sizes (0 after a fallback).
 	RMBSize, PeerRMBSize int
+	// PeerRMBElastic reports that the peer's DMB is elastic (docs/TUNING.md, "Buffers"):
+	// SendWindow is how many bytes this side lets be in flight in it now, and
+	// PeerRMBCommitted how much of its memory this side has committed (the whole DMB
+	// when it is not elastic). WindowGrows and WindowShrinks count the window's
+	// doublings and its returns to small after idling; UnitCommits, UnitDecommits and
+	// CommitFailures count ism.ElasticChunk units committed, given back, and refused for
+	// want of memory.
+	PeerRMBElastic                             bool
+	SendWindow, PeerRMBCommitted               int
+	WindowGrows, WindowShrinks                 uint64
+	UnitCommits, UnitDecommits, CommitFailures uint64
+	// ReadWaits and WriteWaits tell how waits for data and for space ended.
+	ReadWaits, WriteWaits WaitStats
+	// FutexSleeps counts this side's short sleeps on the wake word; FutexWakes the
+	// wake-ups of the peer's (futex(2) calls instead of doorbells).
+	FutexSleeps, FutexWakes uint64
+}
+
+// WaitStats tell how a side's waits (a Read on an empty ring, a Write on a full one)
+// ended: Waits in all; SpinHits satisfied by the spin before a sleep (the adaptive
+// spin-yield, or BusyPoll); SpinMisses spins that ran out; SpinSkips waits that did not
+// spin because recent spins had missed (the adaptive back-off); FutexHits ended by a
+// short sleep on the wake word (futex), FutexMisses short sleeps that ran out;
+// RecheckHits satisfied by the check after announcing the
+// doorbell sleep; the rest slept on the doorbell (ConnStats.Sleeps counts those of both
+// sides).
+type WaitStats struct {
+	Waits, SpinHits, SpinMisses, SpinSkips uint64
+	FutexHits, FutexMisses, RecheckHits    uint64
+}
+
+// waitCounts are a side's WaitStats, counted as they happen.
+type waitCounts struct {
+	waits, spinHits, spinMisses, spinSkips atomic.Uint64
+	futexHits, futexMisses, recheckHits    atomic.Uint64
+}
+
+func (w *waitCounts) snapshot() WaitStats {
+	return WaitStats{
+		Waits: w.waits.Load(), SpinHits: w.spinHits.Load(), SpinMisses: w.spinMisses.Load(), SpinSkips: w.spinSkips.Load(),
+		FutexHits: w.futexHits.Load(), FutexMisses: w.futexMisses.Load(), RecheckHits: w.recheckHits.Load(),
+	}
 }
 
 // Stats returns a snapshot of the connection's counters.
 func (c *Conn) Stats() ConnStats {
+	c, err := c.resolve("stats")
+	if err != nil {
+		return ConnStats{}
+	}
 	s := ConnStats{
 		SMC:          c.smc,
 		CLCBytesSent: c.clcBytesSent,
@@ -59,6 +105,13 @@ func (c *Conn) Stats() ConnStats {
 		lc := c.link.Counters()
 		s.RingsSent, s.RingsSuppressed, s.Sleeps, s.MoveDataCalls = lc.RingsSent, lc.RingsSuppressed, lc.Sleeps, lc.MoveDataCalls
 		s.RMBSize, s.PeerRMBSize = c.rxSize+cdc.AreaSize, c.txSize+cdc.AreaSize
+		w := &c.txw
+		s.PeerRMBElastic = w.elastic
+		s.SendWindow, s.PeerRMBCommitted = int(w.winNow.Load()), int(w.committedNow.Load())
+		s.WindowGrows, s.WindowShrinks = w.grows.Load(), w.shrinks.Load()
+		s.UnitCommits, s.UnitDecommits, s.CommitFailures = w.commits.Load(), w.decommits.Load(), w.commitFailures.Load()
+		s.ReadWaits, s.WriteWaits = c.rxWaits.snapshot(), c.txWaits.snapshot()
+		s.FutexSleeps, s.FutexWakes = lc.FutexSleeps, lc.FutexWakes
 	}
 	return s
 }
@@ -91,6 +144,9 @@ const (
 )
 
 func countHandshake(side int, c *Conn, err error) {
+	if err == nil {
+		track(c, side == sideServer) // registry.go: smcloop ss
+	}
 	switch {
 	case err != nil:
 		procStats.hsErr[side].Add(1)

@@ -70,6 +70,21 @@ func (a Area) OrWake(bits uint64) uint64 { return a.w[OffWake/8].Or(bits) }
 // To clear bits b, pass ^b, e.g. a.AndWake(^WakeReader).
 func (a Area) AndWake(mask uint64) uint64 { return a.w[OffWake/8].And(mask) }
 
+// WakeFutex is the address of the wake word's low 32 bits (its flag bits, without the
+// epoch), the word a waiter sleeps on with futex(2) and a peer wakes it by.
+func (a Area) WakeFutex() *uint32 {
+	p := unsafe.Pointer(&a.w[OffWake/8])
+	if !littleEndian {
+		p = unsafe.Add(p, 4)
+	}
+	return (*uint32)(p)
+}
+
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
 // AddWake atomically adds delta to the wake word and returns the new value. Announcing a
 // sleep adds the bit (known clear) plus WakeEpoch, in one atomic step.
 func (a Area) AddWake(delta uint64) uint64 { return a.w[OffWake/8].Add(delta) }

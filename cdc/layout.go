@@ -34,6 +34,19 @@ const (
 const (
 	WakeReader uint64 = 1 << 0 // owner's reader waits for the peer's producer cursor
 	WakeWriter uint64 = 1 << 1 // owner's writer waits for the peer's consumer cursor
+	// WakeElastic is set by the owner, before it sends the DMB's token, when the DMB is
+	// elastic: the owner committed only its first ism.ElasticChunk, and the peer commits
+	// further chunks before it writes into them and may give back chunks it no longer
+	// needs. The peer reads it once, when it attaches the DMB.
+	WakeElastic uint64 = 1 << 2
+	// WakeReaderFutex and WakeWriterFutex announce a short sleep of the owner's reader
+	// or writer on the wake word's low 32 bits with futex(2), instead of on the doorbell:
+	// the peer, after a cursor update, clears the bit and wakes the word (FUTEX_WAKE);
+	// the sleeper's timeout bounds the wait whatever the peer does. FutexShift maps
+	// WakeReader and WakeWriter to them.
+	WakeReaderFutex = WakeReader << FutexShift
+	WakeWriterFutex = WakeWriter << FutexShift
+	FutexShift      = 3
 	// WakeEpoch is the unit of the sleep counter in bits 32..63: every announced sleep
 	// adds it, so a peer rings at most once per sleep ("don't re-arm until drained").
 	WakeEpoch uint64 = 1 << 32

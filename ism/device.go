@@ -187,7 +187,8 @@ type DMB struct {
 	// to make its own sleeper look again.
 	Data, Space *Bell
 	dev         *Device
-	peer        GID // the only device that may attach it (RegisterDMBFor); zero: any
+	peer        GID  // the only device that may attach it (RegisterDMBFor); zero: any
+	elastic     bool // only its first ElasticChunk is committed by the owner (elastic.go)
 }
 
 // Token is the DMB's 64-bit token, sent to the peer in CLC Accept/Confirm.
@@ -205,22 +206,22 @@ func (m *DMB) Size() int { return m.size }
 // RegisterDMB creates a DMB of size bytes (a valid DMB size) that any trusted device
 // may attach, and registers it under a fresh random token. It returns ErrNoSpace when the
 // device's DMB limit is reached.
-func (d *Device) RegisterDMB(size int) (*DMB, error) { return d.registerDMB(size, GID{}, 0) }
+func (d *Device) RegisterDMB(size int) (*DMB, error) { return d.registerDMB(size, GID{}, 0, false) }
 
 // RegisterDMBFor is RegisterDMB for a DMB that only the device peer may attach: the
 // link group's peer, to which the token is sent in CLC. It never changes hands. Its
 // memory shares a slab only with other DMBs issued to peer.
 func (d *Device) RegisterDMBFor(size int, peer GID) (*DMB, error) {
-	return d.registerDMB(size, peer, 0)
+	return d.registerDMB(size, peer, 0, false)
 }
 
 // RegisterDMBPool is RegisterDMBFor for a DMB of pool: its memory shares a slab only
 // with DMBs of the same peer and pool, until RetirePool.
 func (d *Device) RegisterDMBPool(size int, peer GID, pool uint64) (*DMB, error) {
-	return d.registerDMB(size, peer, pool)
+	return d.registerDMB(size, peer, pool, false)
 }
 
-func (d *Device) registerDMB(size int, peer GID, pool uint64) (_ *DMB, err error) {
+func (d *Device) registerDMB(size int, peer GID, pool uint64, elastic bool) (_ *DMB, err error) {
 	if !ValidDMBSize(size) {
 		return nil, fmt.Errorf("ism: DMB size %d is not 16 KiB << c with c <= %d", size, MaxSizeCode)
 	}
@@ -254,15 +255,16 @@ func (d *Device) registerDMB(size int, peer GID, pool uint64) (_ *DMB, err error
 	dirty := sl.dirty[slot]
 	d.mu.Unlock()
 
-	m := &DMB{index: idx, size: size, slab: sl, slot: slot, dev: d, peer: peer, Data: NewBell(), Space: NewBell()}
+	m := &DMB{index: idx, size: size, slab: sl, slot: slot, dev: d, peer: peer, elastic: elastic, Data: NewBell(), Space: NewBell()}
 	m.Data.poll, m.Space.poll = d.pollSignals, d.pollSignals
-	var done func()
-	if done, err = memoryRoom(size); err == nil {
-		m.mem, err = reserveMemory(sl.memfd, int64(slot)*int64(size), size)
-		done()
+	commit := size
+	if elastic {
+		commit = min(size, ElasticChunk)
 	}
-	if err == nil && dirty {
-		clear(m.mem) // a DMB starts zeroed, as a new memfd's pages are
+	var done func()
+	if done, err = memoryRoom(commit); err == nil {
+		m.mem, err = reserveMemory(sl.memfd, int64(slot)*int64(size), size, commit, dirty)
+		done()
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -291,12 +293,19 @@ func (d *Device) registerDMB(size int, peer GID, pool uint64) (_ *DMB, err error
 	return m, nil
 }
 
-// reserveMemory allocates and maps the span [off, off+size) of a slab. The pages are
-// allocated now (fallocate), as the kernel allocates a DMB when it registers it: a
-// memory shortage is an error here, which the handshake turns into a decline (MEM),
-// rather than a fault later in the middle of a transfer.
-func reserveMemory(memfd int, off int64, size int) ([]byte, error) {
-	if err := unix.Fallocate(memfd, 0, off, int64(size)); err != nil {
+// reserveMemory allocates and maps the span [off, off+size) of a slab. The first commit
+// bytes are allocated now (fallocate), as the kernel allocates a DMB when it registers
+// it: a memory shortage is an error here, which the handshake turns into a decline
+// (MEM), rather than a fault later in the middle of a transfer. A dirty slot (it held a
+// DMB before) is emptied first, so that a DMB starts zeroed, as a new memfd's pages
+// are, and holds no memory beyond what it commits.
+func reserveMemory(memfd int, off int64, size, commit int, dirty bool) ([]byte, error) {
+	if dirty {
+		if err := punchHole(memfd, off, int64(size)); err != nil {
+			return nil, fmt.Errorf("ism: DMB memory: %w", err)
+		}
+	}
+	if err := unix.Fallocate(memfd, 0, off, int64(commit)); err != nil {
 		return nil, fmt.Errorf("ism: DMB memory: %w", os.NewSyscallError("fallocate", err))
 	}
 	mem, err := unix.Mmap(memfd, off, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)

@@ -57,6 +57,25 @@ var memcg struct {
 	// applies, so that concurrent registrations do not all pass the check and then
 	// overshoot together.
 	alloc sync.Mutex
+	// room is the headroom the last full check found under the tightest limit, less
+	// what commitRoom let through since; roomAt is when that check ran (under mu).
+	room   int64
+	roomAt time.Time
+}
+
+// commitRoom is memoryRoom for a writer committing part of a peer's elastic DMB, which
+// happens on the data path: within memcgRefresh of a full check it answers from the
+// headroom that check found, less what it let through since, without reading a file. A
+// commit larger than what is left makes a full check.
+func commitRoom(n int) (done func(), err error) {
+	memcg.mu.Lock()
+	if time.Since(memcg.roomAt) < memcgRefresh && int64(n) <= memcg.room {
+		memcg.room -= int64(n)
+		memcg.mu.Unlock()
+		return func() {}, nil
+	}
+	memcg.mu.Unlock()
+	return memoryRoom(n)
 }
 
 // memoryRoom checks that n more bytes fit under every memory cgroup limit of this
@@ -74,9 +93,11 @@ func memoryRoom(n int) (done func(), err error) {
 	levels := memcg.levels
 	memcg.mu.Unlock()
 	if len(levels) == 0 {
+		setRoom(1 << 62)
 		return func() {}, nil
 	}
 	memcg.alloc.Lock()
+	room := int64(1 << 62)
 	for _, l := range levels {
 		used, err := readBytesFile(l.usage)
 		if err != nil {
@@ -85,11 +106,20 @@ func memoryRoom(n int) (done func(), err error) {
 		margin := max(int64(memcgMargin), l.limit/16)
 		if used+int64(n)+margin > l.limit {
 			memcg.alloc.Unlock()
+			setRoom(0)
 			return nil, fmt.Errorf("%w: %s is %d bytes of a limit of %d, a DMB of %d would leave less than %d",
 				ErrNoMemory, l.usage, used, l.limit, n, margin)
 		}
+		room = min(room, l.limit-used-margin-int64(n))
 	}
+	setRoom(room)
 	return memcg.alloc.Unlock, nil
+}
+
+func setRoom(room int64) {
+	memcg.mu.Lock()
+	memcg.room, memcg.roomAt = room, time.Now()
+	memcg.mu.Unlock()
 }
 
 // memcgLimits finds the memory cgroup that procCgroup (the contents of a process's

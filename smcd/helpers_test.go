@@ -72,7 +72,7 @@ func newPair(t testing.TB, cfgA, cfgB ism.Config) *pair {
 
 func getDMB(t testing.TB, g *smcd.LinkGroup, size int) *ism.DMB {
 	t.Helper()
-	m, down, err := g.GetDMB(size)
+	m, down, err := g.GetDMB(size, false)
 	if err != nil {
 		t.Fatalf("GetDMB(%d): %v", size, err)
 	}

@@ -39,6 +39,8 @@ type Counters struct {
 	RingsSuppressed uint64 // publications that needed no doorbell (peer was awake)
 	Sleeps          uint64 // times a local reader or writer blocked on a doorbell
 	MoveDataCalls   uint64 // copy mode: move_data calls
+	FutexSleeps     uint64 // short sleeps of a local reader or writer on the wake word
+	FutexWakes      uint64 // futex wake-ups sent to the peer's sleepers
 }
 
 // Link is the SMC-D data path of one connection.
@@ -48,12 +50,14 @@ type Link struct {
 	rxA    cdc.Area
 	rxRing []byte
 
-	tx     *ism.RemoteDMB
-	txA    cdc.Area
-	txRing []byte // the peer's ring, mapped
-	sndbuf []byte // copy mode only; same size and offsets as txRing
+	tx        *ism.RemoteDMB
+	txA       cdc.Area
+	txRing    []byte // the peer's ring, mapped
+	sndbuf    []byte // copy mode only; same size and offsets as txRing
+	txElastic bool   // the peer's DMB is elastic (cdc.WakeElastic): we commit what we write into
 
 	ringsSent, ringsSuppressed, sleeps, moves atomic.Uint64
+	futexSleeps, futexWakes                   atomic.Uint64
 	rungReader, rungWriter                    atomic.Uint64 // last sleep epoch rung, tagged
 	sleeping                                  atomic.Uint64 // local sleepers (private copy of our wake bits)
 }
@@ -75,6 +79,9 @@ func New(g *LinkGroup, rx *ism.DMB, tx *ism.RemoteDMB, copyMode bool) (*Link, er
 		rx:    rx, rxA: rxA, rxRing: rx.Bytes()[cdc.AreaSize:],
 		tx: tx, txA: txA, txRing: tx.Bytes()[cdc.AreaSize:],
 	}
+	// The owner set the flag before it sent the token, so it is there now; a peer that
+	// changes it later changes nothing here.
+	l.txElastic = txA.LoadWake()&cdc.WakeElastic != 0 && tx.Size() > ism.ElasticChunk
 	if copyMode {
 		l.sndbuf = make([]byte, len(l.txRing))
 	}
@@ -98,6 +105,34 @@ func (l *Link) TxBuf() []byte {
 		return l.sndbuf
 	}
 	return l.txRing
+}
+
+// TxElastic reports whether the peer's DMB is elastic: its owner committed only the
+// first ism.ElasticChunk of it, and the writer commits the rest (CommitTx) before it
+// writes there and may give back what it no longer needs (DecommitTx).
+func (l *Link) TxElastic() bool { return l.txElastic }
+
+// TxChunks is how many commit units (ism.ElasticChunk bytes of the DMB) the peer's DMB
+// has; TxChunk maps a ring offset to its unit. Unit 0 holds the CDC area and is always
+// committed by the owner.
+func (l *Link) TxChunks() int { return (l.tx.Size() + ism.ElasticChunk - 1) / ism.ElasticChunk }
+
+// TxChunk is the commit unit that holds ring offset off.
+func (l *Link) TxChunk(off int) int { return (cdc.AreaSize + off) / ism.ElasticChunk }
+
+// CommitTx commits the memory of commit unit k of the peer's DMB, so that writing there
+// cannot fault; see ism.RemoteDMB.Commit.
+func (l *Link) CommitTx(k int) error {
+	return l.tx.Commit(k*ism.ElasticChunk, min(ism.ElasticChunk, l.tx.Size()-k*ism.ElasticChunk))
+}
+
+// DecommitTx gives back the memory of commit unit k of the peer's DMB (never unit 0,
+// which holds the CDC area); see ism.RemoteDMB.Decommit.
+func (l *Link) DecommitTx(k int) error {
+	if k <= 0 {
+		return nil
+	}
+	return l.tx.Decommit(k*ism.ElasticChunk, min(ism.ElasticChunk, l.tx.Size()-k*ism.ElasticChunk))
 }
 
 // LoadPeerProd reads the peer's producer word from the local CDC area (untrusted).
@@ -145,6 +180,14 @@ func (l *Link) PublishCons(w uint64, wake uint64) {
 // publications ride on the same wake-up instead of costing a syscall each.
 func (l *Link) signal(wake uint64) {
 	w := l.txA.LoadWake()
+	if fb := w & (wake << cdc.FutexShift); fb != 0 {
+		// A short sleeper on the wake word: clear its bit (so that a sleep it has not
+		// begun yet finds the word changed) and wake the word, once per announcement.
+		if old := l.txA.AndWake(^fb); old&fb != 0 {
+			futexWake(l.txA.WakeFutex())
+			l.futexWakes.Add(1)
+		}
+	}
 	sleeping := w & wake
 	if sleeping == 0 {
 		l.ringsSuppressed.Add(1)
@@ -179,8 +222,43 @@ func (l *Link) Announce(bit uint64) {
 }
 
 // Sleeping reports whether the local reader (WakeReader) or writer (WakeWriter) has
-// announced a sleep and not yet retracted it.
-func (l *Link) Sleeping(bit uint64) bool { return l.sleeping.Load()&bit != 0 }
+// announced a sleep, on the doorbell or the wake word, and not yet retracted it.
+func (l *Link) Sleeping(bit uint64) bool {
+	return l.sleeping.Load()&(bit|bit<<cdc.FutexShift) != 0
+}
+
+// FutexSleep sleeps the local reader (WakeReader) or writer (WakeWriter) for at most d
+// on the wake word itself (futex(2)), the cheap sleep for a wait expected to be short: it
+// announces the sleep with the futex bit, re-checks ready, and sleeps until the peer's
+// next cursor update wakes the word, a local wake (WakeLocal) does, or d passes. It
+// reports whether ready() held when it returned; if not, the caller sleeps on the
+// doorbell. The peer can make it return early (a changed word, a spurious wake), never
+// late.
+func (l *Link) FutexSleep(bit uint64, ready func() bool, d time.Duration) bool {
+	fb := bit << cdc.FutexShift
+	l.sleeping.Or(fb)
+	w := l.rxA.AddWake(fb | cdc.WakeEpoch)
+	ok := ready()
+	if !ok {
+		l.futexSleeps.Add(1)
+		end := time.Now().Add(d)
+		for {
+			if w&fb == 0 || futexWait(l.rxA.WakeFutex(), uint32(w), d) {
+				break // the bit was cleared (a wake-up on its way), woken, or timed out: look
+			}
+			// The word changed under us without a wake (our other side announcing, a
+			// peer's write): sleep again on its new value, within the same bound.
+			w = l.rxA.LoadWake()
+			if d = time.Until(end); d <= 0 || ready() {
+				break
+			}
+		}
+		ok = ready()
+	}
+	l.rxA.AndWake(^fb)
+	l.sleeping.And(^fb)
+	return ok
+}
 
 // Retract withdraws an announcement.
 func (l *Link) Retract(bit uint64) {
@@ -203,7 +281,12 @@ func (l *Link) Wait(bit uint64) error {
 }
 
 // SetDeadline sets the deadline of the doorbell for bit (reader or writer).
-func (l *Link) SetDeadline(bit uint64, t time.Time) error { return l.bell(bit).SetDeadline(t) }
+func (l *Link) SetDeadline(bit uint64, t time.Time) error {
+	if l.sleeping.Load()&(bit<<cdc.FutexShift) != 0 {
+		l.WakeLocal() // a short sleeper looks at the new deadline at once
+	}
+	return l.bell(bit).SetDeadline(t)
+}
 
 // WakeLocal rings this side's own doorbells for each local reader or writer that
 // announced sleep, so it re-checks the connection state (close, abort, peer death). It
@@ -212,6 +295,10 @@ func (l *Link) SetDeadline(bit uint64, t time.Time) error { return l.bell(bit).S
 // as the sleeper's announcement is), so a sleeper either sees the change or is rung.
 func (l *Link) WakeLocal() {
 	w := l.sleeping.Load()
+	if w&(cdc.WakeReaderFutex|cdc.WakeWriterFutex) != 0 {
+		l.rxA.AndWake(^(cdc.WakeReaderFutex | cdc.WakeWriterFutex))
+		futexWake(l.rxA.WakeFutex())
+	}
 	if w&cdc.WakeReader != 0 {
 		l.rx.Data.Ring()
 	}
@@ -231,6 +318,8 @@ func (l *Link) Counters() Counters {
 		RingsSuppressed: l.ringsSuppressed.Load(),
 		Sleeps:          l.sleeps.Load(),
 		MoveDataCalls:   l.moves.Load(),
+		FutexSleeps:     l.futexSleeps.Load(),
+		FutexWakes:      l.futexWakes.Load(),
 	}
 }
 

@@ -482,7 +482,7 @@ func TestViolationAndPeerLostTerminate(t *testing.T) {
 		if p.tA.Find(p.devB.GID(), smcd.RoleClient) != nil || p.tA.Find(p.devB.GID(), smcd.RoleServer) != nil {
 			t.Error("a link group with the lost peer survived")
 		}
-		if _, _, err := server.GetDMB(ism.MinDMBSize); err == nil {
+		if _, _, err := server.GetDMB(ism.MinDMBSize, false); err == nil {
 			t.Error("the server-role group with the lost peer still hands out DMBs")
 		}
 		if p.tB.Find(p.devA.GID(), smcd.RoleServer) != p.gB {

@@ -101,14 +101,45 @@ func (g *LinkGroup) Peer() ism.GID { return g.peer }
 // else newly registered. If the device refuses (DMB limit) it downgrades to the largest
 // smaller idle DMB, like the kernel's walk down the buffer sizes. With none, the idle
 // buffers of every link group on the device give way and registration is tried once more.
-// The bool reports a downgrade. ism.ErrNoSpace means nothing could be had.
-func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
+// The bool reports a downgrade. ism.ErrNoSpace means nothing could be had. An elastic DMB
+// (ism.ElasticChunk committed, the writer commits the rest) carries cdc.WakeElastic in
+// its wake word.
+func (g *LinkGroup) GetDMB(size int, elastic bool) (*ism.DMB, bool, error) {
+	m, reused, down, err := g.getDMB(size, elastic)
+	if err != nil {
+		return nil, false, err
+	}
+	if reused {
+		// A reused DMB: elastic, it gives back what its last writer committed; fixed, it
+		// commits everything.
+		if err := m.Recommit(elastic); err != nil {
+			g.PutDMB(m, true)
+			return nil, false, err
+		}
+	}
+	if elastic {
+		a, err := cdc.NewArea(m.Bytes())
+		if err != nil {
+			g.PutDMB(m, true)
+			return nil, false, err
+		}
+		a.OrWake(cdc.WakeElastic)
+	}
+	return m, down, nil
+}
+
+// getDMB is GetDMB without the preparation; it reports whether m was reused.
+func (g *LinkGroup) getDMB(size int, elastic bool) (m *ism.DMB, reused, down bool, err error) {
+	register := g.dev.RegisterDMBPool
+	if elastic {
+		register = g.dev.RegisterElasticDMB
+	}
 	g.mu.Lock()
 	if g.dead {
 		g.mu.Unlock()
-		return nil, false, errLinkGroupDead
+		return nil, false, false, errLinkGroupDead
 	}
-	m := g.takeFreeLocked(size)
+	m = g.takeFreeLocked(size)
 	if m == nil {
 		// Lingering DMBs are looked at only when no idle one is at hand: each look reads
 		// a CDC area the peer wrote last, from another CPU.
@@ -119,29 +150,29 @@ func (g *LinkGroup) GetDMB(size int) (*ism.DMB, bool, error) {
 		g.mu.Unlock()
 		bufStats.rmbReuse.Add(1)
 		resetDMB(m)
-		return m, false, nil
+		return m, true, false, nil
 	}
 	g.mu.Unlock()
 
-	m, err := g.dev.RegisterDMBPool(size, g.peer, g.pool)
+	m, err = register(size, g.peer, g.pool)
 	if err == nil {
 		bufStats.rmbAlloc.Add(1)
-		return m, false, nil
+		return m, false, false, nil
 	}
 	if !errors.Is(err, ism.ErrNoSpace) {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if m := g.downgrade(size); m != nil {
-		return m, true, nil
+		return m, true, true, nil
 	}
 	if g.table.releaseIdle() == 0 {
-		return nil, false, err
+		return nil, false, false, err
 	}
-	if m, err = g.dev.RegisterDMBPool(size, g.peer, g.pool); err != nil {
-		return nil, false, err
+	if m, err = register(size, g.peer, g.pool); err != nil {
+		return nil, false, false, err
 	}
 	bufStats.rmbAlloc.Add(1)
-	return m, false, nil
+	return m, false, false, nil
 }
 
 // downgrade takes the largest idle DMB smaller than size, or returns nil.

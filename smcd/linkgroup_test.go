@@ -141,7 +141,7 @@ func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
 
 	// The device is full; a 64 KiB request walks down past 32 KiB (none idle) to 16 KiB.
 	before := smcd.Stats()
-	m, down, err := g.GetDMB(64 << 10)
+	m, down, err := g.GetDMB(64<<10, false)
 	if err != nil {
 		t.Fatalf("GetDMB(64 KiB) at the limit with a 16 KiB DMB idle: %v", err)
 	}
@@ -158,7 +158,7 @@ func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
 
 	// Nothing idle: the device's refusal comes through.
 	before = smcd.Stats()
-	if m2, _, err := g.GetDMB(64 << 10); !errors.Is(err, ism.ErrNoSpace) {
+	if m2, _, err := g.GetDMB(64<<10, false); !errors.Is(err, ism.ErrNoSpace) {
 		t.Fatalf("GetDMB with nothing idle at the limit = %v, %v; want ErrNoSpace", m2, err)
 	}
 	expectDelta(t, "refusal", before, smcd.BufferStats{})
@@ -167,7 +167,7 @@ func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
 	// a 16 KiB request makes the idle one give way and gets a new 16 KiB DMB.
 	g.PutDMB(mid, true)
 	before = smcd.Stats()
-	m2, down, err := g.GetDMB(ism.MinDMBSize)
+	m2, down, err := g.GetDMB(ism.MinDMBSize, false)
 	if err != nil || down || m2.Size() != ism.MinDMBSize || m2 == mid {
 		t.Fatalf("GetDMB(16 KiB) at the limit with a 32 KiB DMB idle = %v, downgraded=%v, %v; want a new 16 KiB DMB", m2, down, err)
 	}
@@ -454,7 +454,7 @@ func TestTerminateReleasesAndRefuses(t *testing.T) {
 		t.Error("Terminate(false) ended the peer's group")
 	}
 
-	if _, _, err := g.GetDMB(ism.MinDMBSize); err == nil {
+	if _, _, err := g.GetDMB(ism.MinDMBSize, false); err == nil {
 		t.Error("GetDMB on a terminated group succeeded")
 	}
 	if _, err := g.Attach(peerIdle.Token(), ism.MinDMBSize); err == nil {
@@ -509,7 +509,7 @@ func TestCreateReplacesAndRetiresTheOldGroup(t *testing.T) {
 	if p.tA.Find(p.devB.GID(), smcd.RoleClient) != g {
 		t.Fatal("Find does not return the new group")
 	}
-	if _, _, err := old.GetDMB(ism.MinDMBSize); err == nil {
+	if _, _, err := old.GetDMB(ism.MinDMBSize, false); err == nil {
 		t.Error("the replaced group still hands out DMBs")
 	}
 	if r.Bytes() != nil {
@@ -568,7 +568,7 @@ func TestShutdownEventFollowsThePeer(t *testing.T) {
 		return g
 	}
 	alive := func(g *smcd.LinkGroup) bool {
-		m, _, err := g.GetDMB(ism.MinDMBSize)
+		m, _, err := g.GetDMB(ism.MinDMBSize, false)
 		if err != nil {
 			return false
 		}
@@ -660,7 +660,7 @@ func TestTerminatePeerEndsBothRoles(t *testing.T) {
 	if p.tA.Find(p.devB.GID(), smcd.RoleClient) != nil || p.tA.Find(p.devB.GID(), smcd.RoleServer) != nil {
 		t.Error("a group with the terminated peer is still found")
 	}
-	if _, _, err := server.GetDMB(ism.MinDMBSize); err == nil {
+	if _, _, err := server.GetDMB(ism.MinDMBSize, false); err == nil {
 		t.Error("the server-role group is still alive")
 	}
 	if p.tA.Find(third.GID(), smcd.RoleClient) != other {
@@ -710,7 +710,7 @@ func TestPeerDeviceGoneTerminatesItsGroups(t *testing.T) {
 		return p.tA.Find(p.devB.GID(), smcd.RoleClient) == nil && p.tA.Find(p.devB.GID(), smcd.RoleServer) == nil
 	})
 	expectDelta(t, "peer device gone", before, smcd.BufferStats{Terminated: 2})
-	if _, _, err := server.GetDMB(ism.MinDMBSize); err == nil {
+	if _, _, err := server.GetDMB(ism.MinDMBSize, false); err == nil {
 		t.Error("the server-role group with the vanished peer still hands out DMBs")
 	}
 	if got := p.devA.Stats().DMBsRegistered; got != 1 {
@@ -754,7 +754,7 @@ func TestFindOrCreate(t *testing.T) {
 	if err != nil || !created || g2 == g1 || g2.ID() != y {
 		t.Fatalf("FindOrCreate with a new id: %x created=%v %v", g2.ID(), created, err)
 	}
-	if _, _, err := g1.GetDMB(ism.MinDMBSize); err == nil {
+	if _, _, err := g1.GetDMB(ism.MinDMBSize, false); err == nil {
 		t.Error("the replaced group still hands out DMBs")
 	}
 	if tab.Find(b.GID(), smcd.RoleClient) != g2 {

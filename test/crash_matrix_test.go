@@ -246,8 +246,9 @@ func tcpRecvQueue(st, local, remote int) (queued, sockets int, err error) {
 // stallClient starts a client peer process that stalls before reading the Accept of
 // the server at addr (local port port), and returns it once the Accept is queued in its
 // socket: the server's handshake then waits for the Confirm. A start whose stall
-// missed (see above) is tried again.
-func stallClient(t *testing.T, addr string, port, acceptLen int, seed uint64) *peer {
+// missed (see above) is tried again; missed counts those, each of which made a
+// connection the server delivered.
+func stallClient(t *testing.T, addr string, port, acceptLen int, seed uint64) (p *peer, missed int) {
 	t.Helper()
 	for range stallTries {
 		p := startCrashPeer(t, "client", addr, "stall", strconv.FormatUint(seed, 10))
@@ -269,17 +270,18 @@ func stallClient(t *testing.T, addr string, port, acceptLen int, seed uint64) *p
 			}
 		})
 		if stalled {
-			return p
+			return p, missed
 		}
 		if line, ok := <-p.lines; !ok || !strings.HasPrefix(line, "MISSED") {
 			t.Fatalf("stalled client exited (%v) without reporting a missed stall; it said %q", p.waitErr, line)
 		}
 		for range p.lines {
 		}
+		missed++
 		t.Logf("stall missed: the client read the Accept before it slept; trying again")
 	}
 	t.Fatalf("no stall in %d tries", stallTries)
-	return nil
+	return nil, missed
 }
 
 // clcLengths are the lengths of the CLC messages of a first-contact SMC-D v2 handshake
@@ -504,7 +506,32 @@ func (m *crashMatrix) killClient(t *testing.T, mode string) crashOutcome {
 	var p *peer
 	seed := m.rng.Uint64()
 	if mode == "stall" {
-		p = stallClient(t, m.addr, m.port, m.accLen, seed)
+		pre := m.ln.Stats()
+		var missed int
+		p, missed = stallClient(t, m.addr, m.port, m.accLen, seed)
+		// A missed stall's client finished its Dial and exited: the survivor either
+		// delivered that connection, whose echo then ends with the client, or failed its
+		// handshake. Those outcomes are that attempt's, not this victim's: wait for them
+		// and take the ends of the delivered ones out of the way.
+		if missed > 0 {
+			var st smcloop.ListenerStats
+			waitUntil(t, watchdog, "the missed stalls' handshakes ended at the survivor", func() bool {
+				st = m.ln.Stats()
+				return st.SMC+st.Fallback+st.HandshakeErrs-pre.SMC-pre.Fallback-pre.HandshakeErrs >= uint64(missed)
+			})
+			for range st.SMC + st.Fallback - pre.SMC - pre.Fallback {
+				select {
+				case <-m.delivered:
+				case <-time.After(watchdog):
+					t.Fatalf("a missed stall's connection was not delivered within %v", watchdog)
+				}
+				select {
+				case <-m.ends:
+				case <-time.After(watchdog):
+					t.Fatalf("a missed stall's connection did not end at the survivor within %v", watchdog)
+				}
+			}
+		}
 	} else {
 		p = startCrashPeer(t, "client", m.addr, mode, strconv.FormatUint(seed, 10))
 	}
@@ -574,8 +601,7 @@ func (m *crashMatrix) killClient(t *testing.T, mode string) crashOutcome {
 			t.Fatal(err)
 		}
 		delivered := st.SMC + st.Fallback - st0.SMC - st0.Fallback
-		// The accept loop holds a backlog slot while it waits in accept.
-		if backlog == 0 && st.PendingNow <= 1 && st.HandshakingNow == 0 && uint64(ended) == delivered {
+		if backlog == 0 && st.PendingNow == 0 && st.HandshakingNow == 0 && uint64(ended) == delivered {
 			break
 		}
 		if time.Now().After(end) {

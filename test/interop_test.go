@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +31,13 @@ func peerInterop(args []string) error {
 	if len(args) < 3 {
 		return fmt.Errorf("interop: want server|client KIND PROTO [ADDR], got %q", args)
 	}
+	// A last argument "net=unix:PATH" (server) or "net=unix" (client) selects a unix
+	// socket instead of TCP on 127.0.0.1.
+	network, laddr := "tcp", "127.0.0.1:0"
+	if n, ok := strings.CutPrefix(args[len(args)-1], "net="); ok {
+		args = args[:len(args)-1]
+		network, laddr, _ = strings.Cut(n, ":")
+	}
 	side, kind, proto := args[0], args[1], args[2]
 	var conn net.Conn
 	switch side {
@@ -37,9 +45,9 @@ func peerInterop(args []string) error {
 		var ln net.Listener
 		var err error
 		if kind == "smcloop" {
-			ln, err = smcloop.Listen("tcp", "127.0.0.1:0")
+			ln, err = smcloop.Listen(network, laddr)
 		} else {
-			ln, err = net.Listen("tcp", "127.0.0.1:0")
+			ln, err = net.Listen(network, laddr)
 		}
 		if err != nil {
 			return err
@@ -55,9 +63,9 @@ func peerInterop(args []string) error {
 		}
 		var err error
 		if kind == "smcloop" {
-			conn, err = smcloop.Dial("tcp", args[3])
+			conn, err = smcloop.Dial(network, args[3])
 		} else {
-			conn, err = net.Dial("tcp", args[3])
+			conn, err = net.Dial(network, args[3])
 		}
 		if err != nil {
 			return err
@@ -175,7 +183,13 @@ func smtpClient(c net.Conn) error {
 	return nil
 }
 
-func TestInteropMatrix(t *testing.T) {
+func TestInteropMatrix(t *testing.T) { interopMatrix(t, "tcp") }
+
+// TestInteropMatrixUnix is the matrix over unix stream sockets: the CLC exchange and
+// liveness on the socket, the bytes in shared memory or, with a plain peer, on the socket.
+func TestInteropMatrixUnix(t *testing.T) { interopMatrix(t, "unix") }
+
+func interopMatrix(t *testing.T, network string) {
 	type want struct {
 		smc         bool
 		local, peer uint32
@@ -192,9 +206,13 @@ func TestInteropMatrix(t *testing.T) {
 	for _, tc := range cases {
 		for _, proto := range []string{"clientfirst", "serverfirst"} {
 			t.Run(tc.client+"-to-"+tc.server+"/"+proto, func(t *testing.T) {
-				srv := startPeer(t, "interop", "server", tc.server, proto)
+				args := []string{"server", tc.server, proto}
+				if network == "unix" {
+					args = append(args, "net=unix:"+filepath.Join(t.TempDir(), "s"))
+				}
+				srv := startPeer(t, "interop", args...)
 				addr := srv.addr()
-				cli := startPeer(t, "interop", "client", tc.client, proto, addr)
+				cli := startPeer(t, "interop", "client", tc.client, proto, addr, "net="+network)
 				check := func(p *peer, w *want) {
 					f := strings.Fields(p.expect("RESULT"))
 					if w == nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,6 +64,21 @@ func TestLoad10kConns(t *testing.T) {
 	srv.send("count")
 	require.Equal(t, strconv.Itoa(conns), srv.expect("COUNT"), "connections the server holds")
 	t.Logf("%d SMC-D connections up and echoed in %v (%.0f/s)", conns, took.Round(time.Millisecond), float64(conns)/took.Seconds())
+
+	start = time.Now()
+	cli.send("talk")
+	require.Equal(t, strconv.Itoa(conns), cli.expect("TALKED"))
+	t.Logf("%d more round trips of 16 bytes on each in %v", loadRounds-1, time.Since(start).Round(time.Millisecond))
+
+	// Shared memory: what the DMB memfds of both processes hold allocated (their
+	// blocks), and what the two processes touched (their proportional shares of shared
+	// pages, which add up to the pages either touched).
+	alloc := dmbAllocated(t, cli.pid()) + dmbAllocated(t, srv.pid())
+	touched := pssShmem(t, cli.pid()) + pssShmem(t, srv.pid())
+	t.Logf("shared memory after %d messages each way on each connection: %.1f KiB allocated, %.1f KiB touched per connection",
+		loadRounds, float64(alloc)/1024/float64(conns), float64(touched)/1024/float64(conns))
+	assert.LessOrEqual(t, alloc, int64(conns)*160<<10, "DMB memory allocated for %d connections", conns)
+	assert.LessOrEqual(t, touched, int64(conns)*160<<10, "DMB memory touched for %d connections", conns)
 
 	cliUp, srvUp := procUsage(t, cli.pid()), procUsage(t, srv.pid())
 	maxThreads := runtime.GOMAXPROCS(0) + 8 // the children inherit the machine's CPUs
@@ -125,12 +141,29 @@ func procUsage(t *testing.T, pid int) usage {
 	return u
 }
 
-// loadPayload is connection i's 16 bytes.
-func loadPayload(seed uint64, i int) []byte {
+// loadRounds is how many 16-byte round trips each connection makes: one as it comes
+// up, the rest on "talk".
+const loadRounds = 100
+
+// loadPayload is connection i's 16 bytes in round r.
+func loadPayload(seed uint64, i, r int) []byte {
 	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:], seed)
+	binary.LittleEndian.PutUint64(b[:], seed^uint64(r))
 	binary.LittleEndian.PutUint64(b[8:], uint64(i)*0x9e3779b97f4a7c15)
 	return b[:]
+}
+
+// roundTrip sends connection i's payload of round r and checks its echo.
+func roundTrip(c *smcloop.Conn, seed uint64, i, r int) error {
+	want := loadPayload(seed, i, r)
+	got := make([]byte, len(want))
+	if _, err := c.Write(want); err != nil {
+		return fmt.Errorf("conn %d round %d: Write: %w", i, r, err)
+	}
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+		return fmt.Errorf("conn %d round %d: echo %x, %v; want %x", i, r, got, err, want)
+	}
+	return nil
 }
 
 // peerLoadServer accepts SMC-D connections, echoes each one's first 16 bytes and then
@@ -167,17 +200,18 @@ func peerLoadServer() error {
 				defer c.Close()
 				c.SetDeadline(time.Now().Add(peerWatchdog))
 				var b [16]byte
-				if _, err := io.ReadFull(c, b[:]); err != nil {
-					fail(fmt.Errorf("reading the payload: %w", err))
-					return
-				}
-				if _, err := c.Write(b[:]); err != nil {
-					fail(fmt.Errorf("echoing: %w", err))
-					return
-				}
-				if n, err := c.Read(b[:1]); n != 0 || !errors.Is(err, io.EOF) {
-					fail(fmt.Errorf("after the echo: %d bytes, %v; want EOF", n, err))
-					return
+				for i := 0; ; i++ {
+					if _, err := io.ReadFull(c, b[:]); err != nil {
+						if i == loadRounds && errors.Is(err, io.EOF) {
+							break
+						}
+						fail(fmt.Errorf("reading payload %d: %w", i, err))
+						return
+					}
+					if _, err := c.Write(b[:]); err != nil {
+						fail(fmt.Errorf("echoing: %w", err))
+						return
+					}
 				}
 				eofs.Add(1)
 				select {
@@ -256,14 +290,8 @@ func peerLoadClient(args []string) error {
 					return
 				}
 				c.SetDeadline(time.Now().Add(peerWatchdog))
-				want := loadPayload(seed, i)
-				got := make([]byte, len(want))
-				if _, err := c.Write(want); err != nil {
-					errs <- fmt.Errorf("conn %d: Write: %w", i, err)
-					return
-				}
-				if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
-					errs <- fmt.Errorf("conn %d: echo %x, %v; want %x", i, got, err, want)
+				if err := roundTrip(c, seed, i, 0); err != nil {
+					errs <- err
 					return
 				}
 			}
@@ -280,6 +308,37 @@ func peerLoadClient(args []string) error {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch sc.Text() {
+		case "talk":
+			// The other rounds, every connection at once, a worker per 64.
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range max(1, n/64) {
+				wg.Go(func() {
+					for {
+						i := int(next.Add(1) - 1)
+						if i >= n {
+							return
+						}
+						for r := 1; r < loadRounds; r++ {
+							if err := roundTrip(cs[i], seed, i, r); err != nil {
+								select {
+								case errs <- err:
+								default:
+								}
+								return
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			select {
+			case err := <-errs:
+				say("ERR talk: %v", err)
+				return err
+			default:
+			}
+			say("TALKED %d", n)
 		case "close":
 			var first error
 			for i, c := range cs {
@@ -297,4 +356,45 @@ func peerLoadClient(args []string) error {
 		}
 	}
 	return nil
+}
+
+// dmbAllocated is the memory allocated to the DMB memfds that process pid holds
+// descriptors for (each slab's owner holds one): their blocks, from /proc/PID/fd.
+func dmbAllocated(t *testing.T, pid int) int64 {
+	t.Helper()
+	dir := procDir(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var total int64
+	for _, e := range ents {
+		path := dir + "/" + e.Name()
+		if target, err := os.Readlink(path); err != nil || !strings.Contains(target, dmbName) {
+			continue
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			total += st.Blocks * 512
+		}
+	}
+	return total
+}
+
+// pssShmem is process pid's proportional share of the shared memory pages it has
+// mapped and touched (Pss_Shmem of /proc/PID/smaps_rollup), in bytes.
+func pssShmem(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(procDir(pid) + "/smaps_rollup")
+	require.NoError(t, err)
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss_Shmem:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatal("no Pss_Shmem in smaps_rollup")
+	return 0
 }

@@ -106,8 +106,9 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 	}
 	// All 8 are up at once, each on a DMB of its own on both sides: the peer (a fresh
 	// process) owns 8 DMBs, in slabs it holds one descriptor each for, and this process
-	// maps each of them; the peer maps 8 of ours. DMBs are 64 KiB (the default rmem).
-	const dmb = 64 << 10
+	// maps each of them; the peer maps 8 of ours. DMBs are 1 MiB (the default elastic
+	// DMB; mapped whole, committed as used).
+	const dmb = 1 << 20
 	peerFDs, _ := dmbInodes(t, p.pid())
 	ourFDs, _ := dmbInodes(t, 0)
 	peerMapped, ourMapped := dmbMapBytes(t, p.pid()), dmbMapBytes(t, 0)

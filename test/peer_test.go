@@ -46,12 +46,16 @@ func runPeer(role string, args []string) error {
 		return peerScript()
 	case "interop":
 		return peerInterop(args)
+	case "httpcount":
+		return peerHTTPCount(args)
 	case "loadserver":
 		return peerLoadServer()
 	case "loadclient":
 		return peerLoadClient(args)
 	case "soakserver":
 		return peerSoakServer()
+	case "sink":
+		return peerSink(args)
 	}
 	return fmt.Errorf("unknown role %q", role)
 }

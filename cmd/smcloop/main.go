@@ -35,7 +35,12 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			benchCommand(),
 			benchServerCommand(),
+			serveCommand(),
+			clientCommand(),
 			versionCommand(),
+			ssCommand(),
+			statsCommand(),
+			chkCommand(),
 		},
 	}
 }

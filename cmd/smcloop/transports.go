@@ -1,16 +1,14 @@
 package main
 
-import "github.com/smcloop/smcloop/internal/bench"
+import (
+	"github.com/smcloop/smcloop/internal/bench"
+	"github.com/smcloop/smcloop/internal/bench/smctransport"
+)
 
-// transportRegistrars register the transports this binary can benchmark besides the
-// built-in tcp and unix. A file that adds transports appends its function here from an
-// init function. Both the bench client and its server children run them, so the two
-// always know the same names.
-var transportRegistrars []func()
-
+// registerTransports registers the transports this binary can benchmark: the built-in
+// tcp and unix, and smcloop's. Both the bench client and its server children run it, so
+// the two always know the same names.
 func registerTransports() {
 	bench.RegisterBuiltins()
-	for _, register := range transportRegistrars {
-		register()
-	}
+	smctransport.Register()
 }

@@ -78,6 +78,9 @@ func startChild(ctx context.Context, mk ServerCmd, args []string) (*child, error
 // finish waits for the child to exit (its connection is closed by now), killing it after
 // childExitTimeout or when ctx is done, and returns the failure it reported, if any.
 func (c *child) finish(ctx context.Context) error {
+	if c.cmd == nil {
+		return nil // a server started on its own: its failures show at the client
+	}
 	_, err := c.finishWithin(ctx, childExitTimeout)
 	return err
 }
@@ -233,8 +236,12 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-// abort kills the child and reaps it, for when the run ends without its report.
+// abort kills the child and reaps it, for when the run ends without its report. It does
+// nothing for a server started on its own (no process).
 func (c *child) abort() {
+	if c.cmd == nil {
+		return
+	}
 	c.kill()
 	c.reap()
 }

@@ -326,6 +326,7 @@ func addConnStats(s *ConnStats, o ConnStats) {
 		}
 	}
 	s.ElapsedNS += o.ElapsedNS
+	addCPUStats(&s.CPU, o.CPU)
 	if o.Server != nil {
 		if s.Server == nil {
 			s.Server = &ServerConnStats{}
@@ -353,6 +354,10 @@ func (s *ServerConnStats) add(o *ServerConnStats) {
 	s.PeakHandshaking = max(s.PeakHandshaking, o.PeakHandshaking)
 	s.PeakPending = max(s.PeakPending, o.PeakPending)
 	s.PeakSamples += o.PeakSamples
+	s.CPUUserNS += o.CPUUserNS
+	s.CPUSysNS += o.CPUSysNS
+	s.CPUWindowNS += o.CPUWindowNS
+	s.CPUServed += o.CPUServed
 	for _, e := range o.Errors {
 		if len(s.Errors) < connErrorsKept {
 			s.Errors = append(s.Errors, e)
@@ -439,6 +444,13 @@ func acceptRetryable(err error) bool {
 		}
 	}
 	return false
+}
+
+// served is the number of requests answered so far.
+func (s *connServer) served() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.Served
 }
 
 func (s *connServer) count(f func(*ServerConnStats)) {

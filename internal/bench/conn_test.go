@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // connTestConfig measures only the connection mode: n connections per transport and
@@ -89,6 +92,13 @@ func TestConnEndToEnd(t *testing.T) {
 			if srv == nil || srv.Served != m*(n+warm) || srv.Failed != 0 || srv.Idle != 0 || srv.Cut != 0 || srv.Listener != nil {
 				t.Errorf("%s: server %+v; want %d served and nothing else", what, srv, m*(n+warm))
 			}
+			// CPU time covers the measured connections: the client's exactly, the
+			// server's to within the connections in flight when it was marked.
+			require.NotNil(t, s.CPU, what)
+			assert.Equal(t, m*n, s.CPU.ClientOps, what)
+			assert.InDelta(t, float64(m*n), float64(s.CPU.ServerOps), float64(m*16), what)
+			assert.Equal(t, srv.CPUServed, s.CPU.ServerOps, what)
+			assert.Positive(t, s.CPU.PerOpNS, what)
 		}
 	}
 	if res.FailedConns() != 0 {
@@ -105,6 +115,8 @@ func TestConnEndToEnd(t *testing.T) {
 	if out := buf.String(); !strings.Contains(out, "Failed connections: none") || strings.Contains(out, "!!") {
 		t.Errorf("report of a healthy run:\n%s", out)
 	}
+	assert.Contains(t, buf.String(), "  vs tcp  cpu/conn  cores  cpu vs tcp\n")
+	assert.Contains(t, buf.String(), "\n  cpu/conn = µs of CPU, client and server process together, per measured connection; cores =\n")
 }
 
 // TestConnDetectsCorruption: a server that corrupts answers and a client that corrupts

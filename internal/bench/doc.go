@@ -21,9 +21,29 @@
 //     and measures its own receive interval after the warm-up.
 //
 // The client ends either mode with an end marker (the bitwise complement of the next
-// message, so it cannot be confused with data); the server answers with a 40-byte report
-// of what it received, which the client checks against what it sent. The protocol needs
+// message, so it cannot be confused with data); the server answers with a 72-byte report
+// of what it received, which the client checks against what it sent, and of the CPU
+// time its process used over its part of the measured interval. The protocol needs
 // nothing beyond net.Conn: no half-close, no deadlines.
+//
+// # CPU time
+//
+// Each process reads its own user and system time (getrusage RUSAGE_SELF, every thread
+// of the process) when its part of the measured interval starts and when it ends, and
+// counts the operations in between (round trips, or messages): the client from its first
+// measured round trip or the end of its warm-up to its last message, the server from the
+// end of the warm-up (by its own clock, from the ready message) or the opening of its
+// stream window to the end marker. The figure per operation is the sum of each
+// process's CPU time per operation of its interval (CPUStats).
+//
+// # Zero-copy transports
+//
+// A transport with the ZeroCopy hook moves the payload through its own buffers: the
+// sender reserves space (ZeroCopyWriter), fills the pattern in place and publishes it;
+// the receiver leases unread bytes (ZeroCopyReader), verifies them in place and releases
+// them. The loops are the harness's, so such a transport touches and verifies every byte
+// like the others; the header, the ready message and the report go through Read and
+// Write.
 //
 // Every payload byte comes from a fixed pseudo-random pattern at a message-dependent
 // offset and is verified by its receiver, echoes by the client. A mismatch fails the run
@@ -32,6 +52,13 @@
 //
 // Floors (copy() bandwidth and the cache-line ping-pong between two threads) are measured
 // in-process and printed beside the tables: they bound what any transport can reach.
+//
+// A transport whose I/O fails with an error matching ErrFallback has left its own path in
+// the middle of a measurement: that round posts no figure and is recorded as fallen
+// back, and the run goes on.
+//
+// Serve is a server started on its own, serving such connections one after another;
+// Run with Config.Addr measures against it instead of starting server children.
 //
 // # Connection modes
 //

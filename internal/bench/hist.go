@@ -97,9 +97,10 @@ func (h *histogram) quantile(q float64) int64 {
 	return h.max
 }
 
-// stats summarises h; elapsed is the wall time over which the samples were taken.
+// stats summarises h (nil: no samples); elapsed is the wall time over which the samples
+// were taken.
 func (h *histogram) stats(elapsed time.Duration) LatencyStats {
-	if h.n == 0 {
+	if h == nil || h.n == 0 {
 		return LatencyStats{ElapsedNS: int64(elapsed)}
 	}
 	return LatencyStats{

@@ -217,11 +217,34 @@ func (r *runner) httpRound(ctx context.Context, s HTTPServer, want []byte) (HTTP
 		url: "http://" + httpHost + "/" + httpFileName(hc.FileSize), want: want,
 		warmup: r.cfg.Warmup, duration: r.cfg.Duration,
 	}
+	// Both processes read their CPU time when the warm-up ends; the server is told so
+	// with "mark", the only command it gets before "stop".
+	var clientMark cpuMark
+	var markErr error
+	marked := make(chan struct{})
+	markTimer := time.AfterFunc(r.cfg.Warmup, func() {
+		defer close(marked)
+		if _, markErr = ch.command(ctx, "mark", "MARK"); markErr == nil {
+			clientMark = markCPU(0)
+		}
+	})
 	st, h, err := load.run(ctx)
+	if markTimer.Stop() {
+		close(marked)
+		markErr = errors.New("the measured time ended before the warm-up did")
+	}
+	<-marked
 	if err != nil {
-		ch.abort()
+		if markErr == nil {
+			ch.abort()
+		}
 		return HTTPStats{}, nil, err
 	}
+	if markErr != nil {
+		ch.abort()
+		return HTTPStats{}, nil, fmt.Errorf("server: %w", markErr)
+	}
+	clientCPU := clientMark.spanSince(st.Measured)
 	var srv HTTPServerStats
 	if err := ch.stop(ctx, &srv); err != nil {
 		if ctx.Err() != nil {
@@ -236,6 +259,8 @@ func (r *runner) httpRound(ctx context.Context, s HTTPServer, want []byte) (HTTP
 		srv.Errors = append(srv.Errors, fmt.Sprintf("the server completed %d responses, the client read %d", srv.Requests, read))
 	}
 	st.Server = &srv
+	st.CPU = newCPUStats(clientCPU, cpuSpan{user: time.Duration(srv.CPUUserNS), sys: time.Duration(srv.CPUSysNS),
+		wall: time.Duration(srv.CPUWindowNS), ops: srv.CPUServed})
 	return st, h, nil
 }
 
@@ -433,6 +458,7 @@ func addHTTPStats(s *HTTPStats, o HTTPStats) {
 	s.Dials += o.Dials
 	s.Measured += o.Measured
 	s.WindowNS += o.WindowNS
+	addCPUStats(&s.CPU, o.CPU)
 	if o.Server != nil {
 		if s.Server == nil {
 			s.Server = &HTTPServerStats{}
@@ -452,6 +478,10 @@ func (s *HTTPServerStats) add(o *HTTPServerStats) {
 	}
 	s.ReadFroms += o.ReadFroms
 	s.FileReadFroms += o.FileReadFroms
+	s.CPUUserNS += o.CPUUserNS
+	s.CPUSysNS += o.CPUSysNS
+	s.CPUWindowNS += o.CPUWindowNS
+	s.CPUServed += o.CPUServed
 	if o.Send != nil {
 		addSendStats(&s.Send, *o.Send)
 	}

@@ -97,6 +97,8 @@ func (s *httpFileServer) serve(ctx context.Context, ln net.Listener, cmds <-chan
 	go func() { served <- srv.Serve(httpListener{ln, s}) }()
 
 	var err error
+	var mark *cpuMark // the start of the measured requests, if the client marked it
+	var cpu cpuSpan
 	for stop := false; !stop && err == nil; {
 		select {
 		case <-ctx.Done():
@@ -109,6 +111,15 @@ func (s *httpFileServer) serve(ctx context.Context, ln net.Listener, cmds <-chan
 				err = fmt.Errorf("stopped before the client was done: %w", context.Cause(ctx))
 			case !ok, cmd == "stop":
 				stop = true
+				if mark != nil {
+					cpu = mark.spanSince(s.requests.Load())
+				}
+			case cmd == "mark":
+				m := markCPU(s.requests.Load())
+				mark = &m
+				if _, werr := fmt.Fprintln(stdout, "MARK ok"); werr != nil {
+					err = fmt.Errorf("answering mark: %w", werr)
+				}
 			default:
 				err = fmt.Errorf("%w: unknown command %q", ErrProtocol, cmd)
 			}
@@ -124,7 +135,11 @@ func (s *httpFileServer) serve(ctx context.Context, ln net.Listener, cmds <-chan
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(s.account())
+	account := s.account()
+	if mark != nil {
+		account.CPUUserNS, account.CPUSysNS, account.CPUWindowNS, account.CPUServed = int64(cpu.user), int64(cpu.sys), int64(cpu.wall), cpu.ops
+	}
+	b, err := json.Marshal(account)
 	if err == nil {
 		_, err = fmt.Fprintf(stdout, "REPORT %s\n", b)
 	}

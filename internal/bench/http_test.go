@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // httpTestConfig measures the HTTP mode quickly: 4 connections, 50 ms warm-up and
@@ -67,6 +70,14 @@ func TestHTTPEndToEnd(t *testing.T) {
 		if s.ReadFroms != readFroms || s.FileReadFroms != readFroms {
 			t.Errorf("%s: %d ReadFroms, %d from the file; want %d", r.Name, s.ReadFroms, s.FileReadFroms, readFroms)
 		}
+		// CPU time covers the measured requests: the client's exactly, the server's
+		// from the end of the warm-up, which it learns a moment later.
+		require.NotNil(t, r.CPU, r.Name)
+		assert.Equal(t, r.Measured, r.CPU.ClientOps, r.Name)
+		assert.Equal(t, s.CPUServed, r.CPU.ServerOps, r.Name)
+		assert.Positive(t, r.CPU.ServerOps, r.Name)
+		assert.LessOrEqual(t, r.CPU.ServerOps, s.Requests, r.Name)
+		assert.Positive(t, r.CPU.PerOpNS, r.Name)
 	}
 	// Every server connection's counters are summed exactly once.
 	if s := p.Results[2].Server; s.Send == nil || s.Send.Conns != s.Conns || s.Send.Writes != statsWrites*s.Conns ||
@@ -94,6 +105,8 @@ func TestHTTPEndToEnd(t *testing.T) {
 		"sendfile+cork gain",
 		"tcp-sendstats:sendfile server totals:",
 		"transport tcp            Go TCP over 127.0.0.1",
+		"  cpu/req = µs of CPU, client and server process together, per measured request; cores =\n",
+		"  pushes  cpu/req  cores  cpu vs tcp:sendfile\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)

@@ -46,6 +46,9 @@ func registerTestTransports() {
 	for _, t := range httpTestTransports() {
 		Register(t)
 	}
+	Register(zcPlain.transport())
+	Register(zcFlip.transport())
+	Register(fallbackAfter)
 }
 
 // flip is TCP with one bit flipped in the byte at offset at of the stream the client

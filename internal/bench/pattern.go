@@ -74,6 +74,21 @@ func (p *pattern) endMarker(i uint64, dst []byte) []byte {
 	return dst
 }
 
+// isEndMarkerPiece reports whether got is the piece at off of the end marker after i
+// data messages.
+func (p *pattern) isEndMarkerPiece(i uint64, off int, got []byte) bool {
+	want := p.message(i)
+	if off < 0 || off+len(got) > len(want) {
+		return false
+	}
+	for j, b := range got {
+		if b != ^want[off+j] {
+			return false
+		}
+	}
+	return true
+}
+
 // isEndMarker reports whether got is the end marker after i data messages.
 func (p *pattern) isEndMarker(i uint64, got []byte) bool {
 	want := p.message(i)

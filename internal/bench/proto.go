@@ -32,16 +32,16 @@ func (m mode) String() string {
 // The header opens every connection, client to server (big-endian):
 //
 //	0  4  magic "SMLB"
-//	4  1  version (1)
+//	4  1  version (2)
 //	5  1  mode (1 ping-pong, 2 stream)
 //	6  2  zero
 //	8  4  message size in bytes, 1..MaxSize
 //	12 4  zero
-//	16 8  warm-up in nanoseconds (stream: the receiver's measurement starts this long
-//	      after it sent the ready message)
+//	16 8  warm-up in nanoseconds: the receiver's measurement (stream) and the server's
+//	      CPU interval (both modes) start this long after it sent the ready message
 const (
 	headerMagic   = 0x534d4c42 // "SMLB"
-	headerVersion = 1
+	headerVersion = 2
 	headerLen     = 24
 )
 
@@ -90,7 +90,7 @@ func parseHeader(b []byte) (header, error) {
 // its pattern (big-endian):
 //
 //	0  4  magic "SMLK"
-//	4  1  version (1)
+//	4  1  version (2, the header's)
 //	5  3  zero
 //
 // The client starts its clock and sends the first message only after it, so that the
@@ -121,16 +121,24 @@ func parseReady(b []byte) error {
 // The report closes every connection, server to client, after the end marker (big-endian):
 //
 //	0  4  magic "SMLR"
-//	4  1  version (1)
+//	4  1  version (2)
 //	5  3  zero
 //	8  8  data messages received and verified (the end marker not counted)
 //	16 8  data bytes received and verified
 //	24 8  stream: bytes received inside the measurement window; ping-pong: 0
 //	32 8  stream: length of the measurement window in nanoseconds; ping-pong: 0
+//	40 8  the server process's user CPU time over its CPU interval, nanoseconds
+//	48 8  its system CPU time over that interval, nanoseconds
+//	56 8  the length of that interval (wall time), nanoseconds
+//	64 8  the operations the server did in it: round trips echoed, or messages received
+//
+// The server's CPU interval starts once the warm-up is over (ping-pong: at the first
+// message after warm-up nanoseconds from the ready message; stream: with the
+// measurement window) and ends with the end marker.
 const (
 	reportMagic   = 0x534d4c52 // "SMLR"
-	reportVersion = 1
-	reportLen     = 40
+	reportVersion = 2
+	reportLen     = 72
 )
 
 type report struct {
@@ -138,6 +146,7 @@ type report struct {
 	bytes       uint64
 	windowBytes uint64
 	window      time.Duration
+	cpu         cpuSpan
 }
 
 func (r report) append(b []byte) []byte {
@@ -146,7 +155,11 @@ func (r report) append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, r.messages)
 	b = binary.BigEndian.AppendUint64(b, r.bytes)
 	b = binary.BigEndian.AppendUint64(b, r.windowBytes)
-	return binary.BigEndian.AppendUint64(b, uint64(r.window))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.window))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.cpu.user))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.cpu.sys))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.cpu.wall))
+	return binary.BigEndian.AppendUint64(b, r.cpu.ops)
 }
 
 func parseReport(b []byte) (report, error) {
@@ -164,10 +177,20 @@ func parseReport(b []byte) (report, error) {
 		bytes:       binary.BigEndian.Uint64(b[16:]),
 		windowBytes: binary.BigEndian.Uint64(b[24:]),
 		window:      time.Duration(binary.BigEndian.Uint64(b[32:])),
+		cpu: cpuSpan{
+			user: time.Duration(binary.BigEndian.Uint64(b[40:])),
+			sys:  time.Duration(binary.BigEndian.Uint64(b[48:])),
+			wall: time.Duration(binary.BigEndian.Uint64(b[56:])),
+			ops:  binary.BigEndian.Uint64(b[64:]),
+		},
 	}
 	if r.windowBytes > r.bytes || r.window < 0 {
 		return report{}, fmt.Errorf("%w: report window %d bytes in %d ns of %d bytes", ErrProtocol,
 			r.windowBytes, int64(r.window), r.bytes)
+	}
+	if r.cpu.user < 0 || r.cpu.sys < 0 || r.cpu.wall < 0 || r.cpu.ops > r.messages {
+		return report{}, fmt.Errorf("%w: report CPU interval %d+%d ns in %d ns for %d of %d messages", ErrProtocol,
+			int64(r.cpu.user), int64(r.cpu.sys), int64(r.cpu.wall), r.cpu.ops, r.messages)
 	}
 	return r, nil
 }

@@ -27,7 +27,7 @@ func TestHeaderRejects(t *testing.T) {
 	for name, mutate := range map[string]func(b []byte) []byte{
 		"short":     func(b []byte) []byte { return b[:headerLen-1] },
 		"magic":     func(b []byte) []byte { b[0] ^= 1; return b },
-		"version":   func(b []byte) []byte { b[4] = 2; return b },
+		"version":   func(b []byte) []byte { b[4] = 1; return b },
 		"mode 0":    func(b []byte) []byte { b[5] = 0; return b },
 		"mode 3":    func(b []byte) []byte { b[5] = 3; return b },
 		"size 0":    func(b []byte) []byte { copy(b[8:], []byte{0, 0, 0, 0}); return b },
@@ -44,7 +44,8 @@ func TestHeaderRejects(t *testing.T) {
 }
 
 func TestReportRoundTrip(t *testing.T) {
-	r := report{messages: 3, bytes: 192, windowBytes: 128, window: 5 * time.Millisecond}
+	r := report{messages: 3, bytes: 192, windowBytes: 128, window: 5 * time.Millisecond,
+		cpu: cpuSpan{user: 7 * time.Millisecond, sys: 2 * time.Millisecond, wall: 6 * time.Millisecond, ops: 2}}
 	b := r.append(nil)
 	if len(b) != reportLen {
 		t.Fatalf("report is %d bytes, want %d", len(b), reportLen)
@@ -56,6 +57,10 @@ func TestReportRoundTrip(t *testing.T) {
 	bad := report{bytes: 10, windowBytes: 11}.append(nil)
 	if _, err := parseReport(bad); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("window larger than total: got %v, want ErrProtocol", err)
+	}
+	tooMany := report{messages: 3, bytes: 192, cpu: cpuSpan{ops: 4}}.append(nil)
+	if _, err := parseReport(tooMany); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("CPU interval with more messages than received: got %v, want ErrProtocol", err)
 	}
 	b[0] ^= 1
 	if _, err := parseReport(b); !errors.Is(err, ErrProtocol) {

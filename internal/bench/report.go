@@ -74,7 +74,11 @@ func (r *Results) writeHeader(w io.Writer) {
 		machine += ", kernel " + m.Kernel
 	}
 	field("machine", "%s, %s, GOMAXPROCS %d", machine, m.GoVersion, m.GOMAXPROCS)
-	field("method", "client and server are separate processes, a fresh server per measurement;")
+	if s.Server != "" {
+		field("method", "client and server are separate processes, the server started on its own at %s;", s.Server)
+	} else {
+		field("method", "client and server are separate processes, a fresh server per measurement;")
+	}
 	field("", "every payload byte is verified by its receiver;")
 	messages := len(r.Latency)+len(r.Stream) > 0
 	switch {
@@ -149,14 +153,18 @@ func (r *Results) writeLatency(w io.Writer) {
 	}
 	t.addColumn("vs " + base)
 	t.addColumn("vs floor")
+	t.addColumn("cpu/rt")
+	t.addColumn("cores")
+	t.addColumn("cpu vs " + base)
 	for pi, p := range r.Latency {
 		if pi > 0 {
 			t.gap()
 		}
 		var baseP50 int64
+		var baseCPU float64
 		for _, res := range p.Results {
 			if res.Transport == base {
-				baseP50 = res.P50NS
+				baseP50, baseCPU = res.P50NS, res.CPU.perOp()
 			}
 		}
 		for i, res := range p.Results {
@@ -179,6 +187,7 @@ func (r *Results) writeLatency(w io.Writer) {
 				row = append(row, spread(vals, float64(res.P50NS)))
 			}
 			row = append(row, ratio(float64(res.P50NS), float64(baseP50)), ratio(float64(res.P50NS), p.FloorNS))
+			row = append(row, cpuColumns(res.CPU, baseCPU)...)
 			t.add(row...)
 		}
 		if p.FloorNS > 0 {
@@ -186,6 +195,33 @@ func (r *Results) writeLatency(w io.Writer) {
 		}
 	}
 	t.write(w, "  ")
+	var notes []string
+	for _, p := range r.Latency {
+		for _, res := range p.Results {
+			notes = append(notes, fallbackNote(res.Transport, p.Size, res.FellBack, len(res.Rounds), res.FallbackError)...)
+		}
+	}
+	writeNotes(w, notes)
+}
+
+// fallbackNote says how many rounds of a transport at a size posted no figure because
+// the transport fell back, and why; nothing if none did.
+func fallbackNote(transport string, size, fellBack, measured int, why string) []string {
+	if fellBack == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s at %s: %d of %d rounds fell back, no figure: %s", transport, humanSize(size),
+		fellBack, fellBack+measured, why)}
+}
+
+func writeNotes(w io.Writer, notes []string) {
+	if len(notes) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, n := range notes {
+		fmt.Fprintf(w, "  ! %s\n", n)
+	}
 }
 
 func (r *Results) writeStream(w io.Writer) {
@@ -198,14 +234,17 @@ func (r *Results) writeStream(w io.Writer) {
 	}
 	t.addColumn("vs " + base)
 	t.addColumn("of copy()")
+	t.addColumn("cpu/msg")
+	t.addColumn("cores")
+	t.addColumn("cpu vs " + base)
 	for pi, p := range r.Stream {
 		if pi > 0 {
 			t.gap()
 		}
-		var baseRate float64
+		var baseRate, baseCPU float64
 		for _, res := range p.Results {
 			if res.Transport == base {
-				baseRate = res.BytesPerSec
+				baseRate, baseCPU = res.BytesPerSec, res.CPU.perOp()
 			}
 		}
 		for i, res := range p.Results {
@@ -214,6 +253,9 @@ func (r *Results) writeStream(w io.Writer) {
 				size = humanSize(p.Size)
 			}
 			row := []string{size, res.Transport, megabytes(res.BytesPerSec), group(fmt.Sprintf("%.0f", res.MsgsPerSec))}
+			if len(res.Rounds) == 0 {
+				row = []string{size, res.Transport, "-", "-"}
+			}
 			if multi {
 				vals := make([]float64, len(res.Rounds))
 				for k, rd := range res.Rounds {
@@ -222,6 +264,7 @@ func (r *Results) writeStream(w io.Writer) {
 				row = append(row, spread(vals, res.BytesPerSec))
 			}
 			row = append(row, ratio(res.BytesPerSec, baseRate), percent(res.BytesPerSec, p.CopyBytesPerSec))
+			row = append(row, cpuColumns(res.CPU, baseCPU)...)
 			t.add(row...)
 		}
 		if p.CopyBytesPerSec > 0 {
@@ -229,6 +272,13 @@ func (r *Results) writeStream(w io.Writer) {
 		}
 	}
 	t.write(w, "  ")
+	var notes []string
+	for _, p := range r.Stream {
+		for _, res := range p.Results {
+			notes = append(notes, fallbackNote(res.Transport, p.Size, res.FellBack, len(res.Rounds), res.FallbackError)...)
+		}
+	}
+	writeNotes(w, notes)
 }
 
 func (r *Results) writeLegend(w io.Writer) {
@@ -245,6 +295,9 @@ func (r *Results) writeLegend(w io.Writer) {
 	if r.Settings.Rounds > 1 {
 		fmt.Fprintf(w, "  spread = half the range across rounds, relative to the figure over all rounds.\n")
 	}
+	fmt.Fprintf(w, "  CPU: user+system time of client and server (getrusage, each whole process) over the\n")
+	fmt.Fprintf(w, "  measured interval, µs per round trip (cpu/rt) or per message (cpu/msg); cores = CPUs\n")
+	fmt.Fprintf(w, "  kept busy on average; cpu vs %s = CPU per operation / that of %s (below 1 is cheaper).\n", base, base)
 	if r.beatsFloor() {
 		fmt.Fprintf(w, "\n  WARNING: a transport beat a floor, so that floor was measured while the CPUs were\n")
 		fmt.Fprintf(w, "  busy with something else; treat the floors of this run as unreliable.\n")
@@ -390,6 +443,15 @@ func (t *table) write(w io.Writer, indent string) {
 		}
 		line(row)
 	}
+}
+
+// cpuColumns writes the CPU per operation, the cores kept busy and the ratio of the CPU
+// per operation to base's, or dashes when the CPU time is unknown.
+func cpuColumns(c *CPUStats, base float64) []string {
+	if c.perOp() <= 0 {
+		return []string{"-", "-", "-"}
+	}
+	return []string{micros(c.PerOpNS), fmt.Sprintf("%.2f", c.Cores), ratio(c.PerOpNS, base)}
 }
 
 // humanSize writes a message size for a table: "14 B", "64000 B", "1 KiB", "1 MiB".

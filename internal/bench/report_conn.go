@@ -32,10 +32,13 @@ func (r *Results) writeConns(w io.Writer) {
 	t.addColumn("peak hs")
 	t.addColumn("withdrawn")
 	t.addColumn("vs " + base)
-	var baseRate float64
+	t.addColumn("cpu/conn")
+	t.addColumn("cores")
+	t.addColumn("cpu vs " + base)
+	var baseRate, baseCPU float64
 	for _, res := range p.Results {
 		if res.Transport == base {
-			baseRate = res.ConnsPerSec
+			baseRate, baseCPU = res.ConnsPerSec, res.CPU.perOp()
 		}
 	}
 	for _, res := range p.Results {
@@ -51,11 +54,14 @@ func (r *Results) writeConns(w io.Writer) {
 		row = append(row, splitCell(res.ConnStats))
 		row = append(row, listenerCells(res.Server)...)
 		row = append(row, ratio(res.ConnsPerSec, baseRate))
+		row = append(row, cpuColumns(res.CPU, baseCPU)...)
 		t.add(row...)
 	}
 	t.write(w, "  ")
 
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  cpu/conn = µs of CPU, client and server process together, per measured connection; cores =\n")
+	fmt.Fprintf(w, "  CPUs they kept busy; cpu vs %s = that CPU per connection / that of %s.\n\n", base, base)
 	var fb []namedStats
 	for _, res := range p.Results {
 		fb = append(fb, namedStats{res.Transport, res.ConnStats})

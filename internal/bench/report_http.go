@@ -27,11 +27,14 @@ func (r *Results) writeHTTP(w io.Writer) {
 		t.addColumn(cmp.Feature + " gain")
 	}
 	t.addGroup("server's send path per request", "file ReadFrom", "sendfile", "cork pushes", "pushes")
-	var baseRate, withoutRate float64
+	t.addColumn("cpu/req")
+	t.addColumn("cores")
+	t.addColumn("cpu vs " + base)
+	var baseRate, withoutRate, baseCPU float64
 	for _, res := range p.Results {
 		switch res.Name {
 		case base:
-			baseRate = res.RequestsPerSec
+			baseRate, baseCPU = res.RequestsPerSec, res.CPU.perOp()
 		}
 		if cmp != nil && res.Name == cmp.Without {
 			withoutRate = res.RequestsPerSec
@@ -60,11 +63,14 @@ func (r *Results) writeHTTP(w io.Writer) {
 			}
 		}
 		row = append(row, serverSendCells(res.Server)...)
+		row = append(row, cpuColumns(res.CPU, baseCPU)...)
 		t.add(row...)
 	}
 	t.write(w, "  ")
 
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  cpu/req = µs of CPU, client and server process together, per measured request; cores =\n")
+	fmt.Fprintf(w, "  CPUs they kept busy; cpu vs %s = that CPU per request / that of %s.\n\n", base, base)
 	var bad []HTTPResult
 	for _, res := range p.Results {
 		if res.Failed > 0 || (res.Server != nil && res.Server.Failed > 0) {

@@ -57,6 +57,9 @@ type Settings struct {
 	Compare *Comparison `json:"compare,omitempty"`
 	// Descriptions describe the measured transports' settings, by name.
 	Descriptions map[string]string `json:"descriptions,omitempty"`
+	// Server is the address of the server started on its own that was measured
+	// against, if any (else a fresh server child served each measurement).
+	Server string `json:"server,omitempty"`
 }
 
 // Comparison pairs two transports that differ in one feature, so that the tables show
@@ -100,6 +103,14 @@ type LatencyResult struct {
 	// ClientSend sums the client's send-path counters over the rounds, for transports
 	// that report them.
 	ClientSend *SendStats `json:"client_send,omitempty"`
+	// CPU sums both processes' CPU time over the measured intervals of the rounds;
+	// RoundsCPU has each round's.
+	CPU       *CPUStats  `json:"cpu,omitempty"`
+	RoundsCPU []CPUStats `json:"rounds_cpu,omitempty"`
+	// FellBack counts the rounds that posted no figure because the transport left its
+	// own path (ErrFallback), and FallbackError is the first such error.
+	FellBack      int    `json:"fell_back,omitempty"`
+	FallbackError string `json:"fallback_error,omitempty"`
 }
 
 // LatencyStats summarises round-trip times measured after the warm-up.
@@ -131,6 +142,9 @@ type StreamResult struct {
 	// ClientSend sums the sender's (the client's) send-path counters over the rounds,
 	// for transports that report them.
 	ClientSend *SendStats `json:"client_send,omitempty"`
+	// FellBack and FallbackError are as in LatencyResult.
+	FellBack      int    `json:"fell_back,omitempty"`
+	FallbackError string `json:"fallback_error,omitempty"`
 }
 
 // StreamStats is one stream measurement. Rates are measured at the receiver over its
@@ -147,6 +161,9 @@ type StreamStats struct {
 	BytesReceived    uint64  `json:"bytes_received"`
 	// SenderBytesPerSec is what the client wrote per second of its own send loop.
 	SenderBytesPerSec float64 `json:"sender_bytes_per_sec"`
+	// CPU is both processes' CPU time over the measured interval: the client's from the
+	// end of its warm-up to its last message, the receiver's over its window.
+	CPU *CPUStats `json:"cpu,omitempty"`
 }
 
 // ConnPoint holds the short-lived connection results: every connection is dial, one
@@ -205,6 +222,10 @@ type ConnStats struct {
 	Time        LatencyStats `json:"time"`
 	// Server is what the server child counted (not in the overload mode's client rows).
 	Server *ServerConnStats `json:"server,omitempty"`
+	// CPU is both processes' CPU time over the measured connections (the connection
+	// mode only); an operation is a connection: one the client completed, one the
+	// server answered.
+	CPU *CPUStats `json:"cpu,omitempty"`
 }
 
 // ServerConnStats is the server child's account of the connections it accepted.
@@ -225,6 +246,13 @@ type ServerConnStats struct {
 	PeakHandshaking int    `json:"peak_handshaking"`
 	PeakPending     int    `json:"peak_pending"`
 	PeakSamples     uint64 `json:"peak_samples"`
+	// CPUUserNS and CPUSysNS are the server process's CPU time from the start of the
+	// measured connections to the end of the service (before its drain), CPUWindowNS
+	// that interval and CPUServed the requests answered in it; zero in the overload mode.
+	CPUUserNS   int64  `json:"cpu_user_ns,omitempty"`
+	CPUSysNS    int64  `json:"cpu_sys_ns,omitempty"`
+	CPUWindowNS int64  `json:"cpu_window_ns,omitempty"`
+	CPUServed   uint64 `json:"cpu_served,omitempty"`
 }
 
 // OverloadPoint holds the overload results (seed 003's overload case): while Stalls
@@ -312,6 +340,10 @@ type HTTPStats struct {
 	Time           LatencyStats `json:"time"`
 	// Server is what the server child counted.
 	Server *HTTPServerStats `json:"server,omitempty"`
+	// CPU is both processes' CPU time from the end of the warm-up to the end of the
+	// requests; an operation is a request: one the client measured, one the server
+	// completed.
+	CPU *CPUStats `json:"cpu,omitempty"`
 }
 
 // HTTPServerStats is the HTTP server child's account.
@@ -327,6 +359,13 @@ type HTTPServerStats struct {
 	FileReadFroms uint64 `json:"file_read_froms"`
 	// Send sums the connections' send-path counters, for transports that report them.
 	Send *SendStats `json:"send,omitempty"`
+	// CPUUserNS and CPUSysNS are the server process's CPU time from the end of the
+	// warm-up to the end of the service, CPUWindowNS that interval and CPUServed the
+	// responses completed in it.
+	CPUUserNS   int64  `json:"cpu_user_ns,omitempty"`
+	CPUSysNS    int64  `json:"cpu_sys_ns,omitempty"`
+	CPUWindowNS int64  `json:"cpu_window_ns,omitempty"`
+	CPUServed   uint64 `json:"cpu_served,omitempty"`
 }
 
 // WriteJSON writes r as indented JSON.

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func sampleResults() *Results {
@@ -22,20 +25,30 @@ func sampleResults() *Results {
 		Latency: []LatencyPoint{{Size: 14, FloorNS: 131.5, Results: []LatencyResult{
 			{Transport: "smcd", LatencyStats: LatencyStats{Samples: 150000, ElapsedNS: 2e9, MinNS: 9000, MeanNS: 13200.25,
 				P50NS: 12800, P90NS: 14000, P99NS: 20100, P999NS: 40300, MaxNS: 900000},
-				Rounds: []LatencyStats{{Samples: 75000, P50NS: 12700}, {Samples: 75000, P50NS: 12900}}},
+				Rounds: []LatencyStats{{Samples: 75000, P50NS: 12700}, {Samples: 75000, P50NS: 12900}},
+				CPU:    sampleCPU(1.5e9, 0.3e9, 150000, 1.2e9, 0.4e9, 150000)},
 			{Transport: "tcp", LatencyStats: LatencyStats{Samples: 70000, ElapsedNS: 2e9, MinNS: 20000, MeanNS: 28000.5,
 				P50NS: 25600, P90NS: 30000, P99NS: 40000, P999NS: 80000, MaxNS: 1200000},
-				Rounds: []LatencyStats{{Samples: 35000, P50NS: 25000}, {Samples: 35000, P50NS: 26200}}},
+				Rounds: []LatencyStats{{Samples: 35000, P50NS: 25000}, {Samples: 35000, P50NS: 26200}},
+				CPU:    sampleCPU(0.4e9, 0.8e9, 70000, 0.3e9, 0.9e9, 70000)},
 		}}},
 		Stream: []StreamPoint{{Size: 64000, CopyBytesPerSec: 2.5e10, Results: []StreamResult{
 			{Transport: "smcd", StreamStats: StreamStats{BytesPerSec: 5e9, MsgsPerSec: 78125, WindowBytes: 1e10, WindowNS: 2e9,
-				MessagesSent: 200000, BytesSent: 12800000000, MessagesReceived: 200000, BytesReceived: 12800000000, SenderBytesPerSec: 5.1e9},
+				MessagesSent: 200000, BytesSent: 12800000000, MessagesReceived: 200000, BytesReceived: 12800000000, SenderBytesPerSec: 5.1e9,
+				CPU: sampleCPU(0.9e9, 0.1e9, 200000, 0.8e9, 0.2e9, 156250)},
 				Rounds: []StreamStats{{BytesPerSec: 4.9e9}, {BytesPerSec: 5.1e9}}},
 			{Transport: "tcp", StreamStats: StreamStats{BytesPerSec: 2.5e9, MsgsPerSec: 39062.5, WindowBytes: 5e9, WindowNS: 2e9,
-				MessagesSent: 100000, BytesSent: 6400000000, MessagesReceived: 100000, BytesReceived: 6400000000, SenderBytesPerSec: 2.6e9},
+				MessagesSent: 100000, BytesSent: 6400000000, MessagesReceived: 100000, BytesReceived: 6400000000, SenderBytesPerSec: 2.6e9,
+				CPU: sampleCPU(0.2e9, 0.8e9, 100000, 0.1e9, 1.0e9, 78125)},
 				Rounds: []StreamStats{{BytesPerSec: 2.5e9}, {BytesPerSec: 2.5e9}}},
 		}}},
 	}
+}
+
+// sampleCPU is the CPU time of a 2 s measurement of both processes.
+func sampleCPU(cUser, cSys float64, cOps uint64, sUser, sSys float64, sOps uint64) *CPUStats {
+	return newCPUStats(cpuSpan{user: time.Duration(cUser), sys: time.Duration(cSys), wall: 2 * time.Second, ops: cOps},
+		cpuSpan{user: time.Duration(sUser), sys: time.Duration(sSys), wall: 2 * time.Second, ops: sOps})
 }
 
 func TestJSONRoundTrip(t *testing.T) {
@@ -52,7 +65,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Fatalf("round trip changed the results:\n got %+v\nwant %+v", got, want)
 	}
 	for _, key := range []string{`"schema": "smcloop-bench/1"`, `"p999_ns": 40300`, `"nproc": 2`, `"kernel": "6.18.44"`,
-		`"bytes_received": 12800000000`, `"date": "2026-03-01T12:34:56Z"`} {
+		`"bytes_received": 12800000000`, `"date": "2026-03-01T12:34:56Z"`, `"client_ops": 150000`, `"server_sys_ns": 400000000`} {
 		if !strings.Contains(buf.String(), key) {
 			t.Errorf("JSON lacks %s", key)
 		}
@@ -69,17 +82,19 @@ func TestWriteText(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{
-		"command   smcloop bench --lat-sizes '1:64K:*2'",
-		"client on CPU 0, server on CPU 1 (sched_setaffinity)",
-		"  14 B  smcd       12.80  20.10  40.30  13.20  150,000       ±0.8%   0.50x     97.3x",
-		"        tcp        25.60  40.00  80.00  28.00   70,000       ±2.3%   1.00x      195x",
+		"  command   smcloop bench --lat-sizes '1:64K:*2'",
+		"  pinning   client on CPU 0, server on CPU 1 (sched_setaffinity)",
+		"  size  transport    p50    p99  p99.9   mean  samples  p50 spread  vs tcp  vs floor  cpu/rt  cores  cpu vs tcp",
+		"  14 B  smcd       12.80  20.10  40.30  13.20  150,000       ±0.8%   0.50x     97.3x   22.67   1.70       0.66x",
+		"        tcp        25.60  40.00  80.00  28.00   70,000       ±2.3%   1.00x      195x   34.29   1.20       1.00x",
 		"        floor      0.132",
-		"  64000 B  smcd        5,000.0   78,125   ±2.0%   2.00x      20.0%",
+		"     size  transport      MB/s   msgs/s  spread  vs tcp  of copy()  cpu/msg  cores  cpu vs tcp",
+		"  64000 B  smcd        5,000.0   78,125   ±2.0%   2.00x      20.0%    11.40   1.00       0.47x",
+		"           tcp         2,500.0   39,062   ±0.0%   1.00x      10.0%    24.08   1.05       1.00x",
 		"           copy()     25,000.0  390,625",
+		"  CPU: user+system time of client and server (getrusage, each whole process) over the",
 	} {
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("text lacks line %q:\n%s", want, out)
-		}
+		assert.Contains(t, out, "\n"+want+"\n")
 	}
 	if strings.Contains(out, "WARNING") {
 		t.Errorf("warning without cause:\n%s", out)
@@ -95,4 +110,43 @@ func TestWriteText(t *testing.T) {
 	if !strings.Contains(buf.String(), "WARNING: a transport beat a floor") {
 		t.Errorf("no warning for a floor above a p50:\n%s", buf.String())
 	}
+}
+
+// TestCPUStats pins the derived CPU figures and their sums over rounds.
+func TestCPUStats(t *testing.T) {
+	c := sampleCPU(1.5e9, 0.3e9, 150000, 1.2e9, 0.4e9, 150000)
+	assert.InDelta(t, 1.8e9/150000+1.6e9/150000, c.PerOpNS, 1e-6)
+	assert.InDelta(t, 0.9+0.8, c.Cores, 1e-9)
+
+	var sum *CPUStats
+	addCPUStats(&sum, nil)
+	require.Nil(t, sum)
+	addCPUStats(&sum, c)
+	addCPUStats(&sum, sampleCPU(0.5e9, 0.1e9, 50000, 0.4e9, 0.2e9, 50000))
+	require.NotNil(t, sum)
+	assert.Equal(t, CPUStats{ClientUserNS: 2e9, ClientSysNS: 0.4e9, ClientWindowNS: 4e9, ClientOps: 200000,
+		ServerUserNS: 1.6e9, ServerSysNS: 0.6e9, ServerWindowNS: 4e9, ServerOps: 200000,
+		PerOpNS: sum.PerOpNS, Cores: sum.Cores}, *sum)
+	assert.InDelta(t, 2.4e9/200000+2.2e9/200000, sum.PerOpNS, 1e-6)
+	assert.InDelta(t, 0.6+0.55, sum.Cores, 1e-9)
+
+	none := newCPUStats(cpuSpan{}, cpuSpan{})
+	assert.Zero(t, none.PerOpNS)
+	assert.Equal(t, []string{"-", "-", "-"}, cpuColumns(none, 1000))
+	assert.Equal(t, []string{"-", "-", "-"}, cpuColumns(nil, 1000))
+	assert.Equal(t, []string{"22.67", "1.70", "0.66x"}, cpuColumns(c, 34285.714))
+}
+
+// TestReadCPU checks that the process's CPU time is read and grows with work.
+func TestReadCPU(t *testing.T) {
+	m := markCPU(10)
+	x := uint64(1)
+	for time.Since(m.wall) < 20*time.Millisecond {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	sp := m.spanSince(25)
+	assert.NotZero(t, x)
+	assert.Equal(t, uint64(15), sp.ops)
+	assert.GreaterOrEqual(t, sp.wall, 20*time.Millisecond)
+	assert.Greater(t, sp.user+sp.sys, time.Duration(0))
 }

@@ -32,6 +32,11 @@ type Config struct {
 	Pin bool
 	// Server makes the command for a server child.
 	Server ServerCmd
+	// Addr, if set, is the address of a server started on its own (Serve, "smcloop
+	// server"), which ping-pong and stream connect to instead of starting a server
+	// child per measurement; Server is then not used, and only ping-pong and stream can
+	// be measured. Every transport is dialed at this address.
+	Addr string
 	// Command is the command line to record in the results.
 	Command []string
 	// Progress, if set, is called before each measurement: step counts from 1 to steps.
@@ -111,8 +116,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("warm-up %v: must not be negative", c.Warmup)
 	case c.Rounds < 1:
 		return fmt.Errorf("rounds %d: must be at least 1", c.Rounds)
-	case c.Server == nil:
+	case c.Server == nil && c.Addr == "":
 		return errors.New("no server command")
+	case c.Addr != "" && (c.Conn != nil || c.Overload != nil || c.HTTP != nil):
+		return errors.New("a server started on its own serves ping-pong and stream only")
+	case c.Addr != "" && c.Pin:
+		return errors.New("cannot pin a server started on its own")
 	}
 	if c.messages() {
 		if err := checkTransports(c.Transports); err != nil {
@@ -231,6 +240,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			ServerCPU:  -1,
 			Preset:     cfg.Preset,
 			Compare:    cfg.Compare,
+			Server:     cfg.Addr,
 		},
 	}
 	res.Settings.Descriptions = cfg.descriptions()
@@ -377,24 +387,32 @@ func (r *runner) latencyPoint(ctx context.Context, size int, fl Floors) (Latency
 	hists := make([]*histogram, len(r.cfg.Transports))
 	elapsed := make([]time.Duration, len(r.cfg.Transports))
 	err := r.each(ctx, r.cfg.Transports, "ping-pong "+FormatSize(size), func(ti, round int) error {
-		var h *histogram
-		var el time.Duration
+		var pr pingPongResult
 		t := r.cfg.Transports[ti]
 		send, err := r.session(ctx, t, func(conn net.Conn) error {
 			var err error
-			h, el, err = pingPongClient(conn, size, r.cfg.Warmup, r.cfg.Duration)
+			pr, err = pingPongClient(conn, t.ZeroCopy, size, r.cfg.Warmup, r.cfg.Duration)
 			return err
 		})
+		res := &p.Results[ti]
+		if errors.Is(err, ErrFallback) {
+			res.FellBack++
+			if res.FallbackError == "" {
+				res.FallbackError = err.Error()
+			}
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		res := &p.Results[ti]
 		if send != nil {
 			addSendStats(&res.ClientSend, *send)
 		}
-		res.Rounds = append(res.Rounds, h.stats(el))
-		accumulate(&hists[ti], h)
-		elapsed[ti] += el
+		res.Rounds = append(res.Rounds, pr.hist.stats(pr.elapsed))
+		res.RoundsCPU = append(res.RoundsCPU, *pr.cpu)
+		addCPUStats(&res.CPU, pr.cpu)
+		accumulate(&hists[ti], pr.hist)
+		elapsed[ti] += pr.elapsed
 		return nil
 	})
 	if err != nil {
@@ -414,11 +432,20 @@ func (r *runner) streamPoint(ctx context.Context, size int, fl Floors) (StreamPo
 	}
 	err := r.each(ctx, r.cfg.Transports, "stream "+FormatSize(size), func(ti, round int) error {
 		var sr streamResult
-		send, err := r.session(ctx, r.cfg.Transports[ti], func(conn net.Conn) error {
+		t := r.cfg.Transports[ti]
+		send, err := r.session(ctx, t, func(conn net.Conn) error {
 			var err error
-			sr, err = streamClient(conn, size, r.cfg.Warmup, r.cfg.Duration)
+			sr, err = streamClient(conn, t.ZeroCopy, size, r.cfg.Warmup, r.cfg.Duration)
 			return err
 		})
+		if errors.Is(err, ErrFallback) {
+			res := &p.Results[ti]
+			res.FellBack++
+			if res.FallbackError == "" {
+				res.FallbackError = err.Error()
+			}
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -464,6 +491,7 @@ func streamStats(size int, sr streamResult) StreamStats {
 		BytesSent:        sr.sent * uint64(size),
 		MessagesReceived: sr.rep.messages,
 		BytesReceived:    sr.rep.bytes,
+		CPU:              newCPUStats(sr.client, sr.rep.cpu),
 	}
 	if sr.sendTime > 0 {
 		s.SenderBytesPerSec = float64(s.BytesSent) / sr.sendTime.Seconds()
@@ -485,6 +513,7 @@ func sumStream(size int, rounds []StreamStats) StreamStats {
 		if r.SenderBytesPerSec > 0 {
 			sendSec += float64(r.BytesSent) / r.SenderBytesPerSec
 		}
+		addCPUStats(&s.CPU, r.CPU)
 	}
 	if sec := time.Duration(s.WindowNS).Seconds(); sec > 0 {
 		s.BytesPerSec = float64(s.WindowBytes) / sec
@@ -501,9 +530,12 @@ func sumStream(size int, rounds []StreamStats) StreamStats {
 // It returns the connection's send-path counters, read after fn, for transports that
 // report them.
 func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) error) (*SendStats, error) {
-	ch, err := startChild(ctx, r.cfg.Server, serverArgs(t.Name, r.serverCPU, false))
-	if err != nil {
-		return nil, err
+	ch := &child{addr: r.cfg.Addr} // a server started on its own has no child
+	if r.cfg.Addr == "" {
+		var err error
+		if ch, err = startChild(ctx, r.cfg.Server, serverArgs(t.Name, r.serverCPU, false)); err != nil {
+			return nil, err
+		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	conn, err := t.Dial(dctx, ch.addr)
@@ -535,6 +567,12 @@ func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) err
 	serverErr := ch.finish(ctx)
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
+	}
+	switch {
+	case errors.Is(clientErr, ErrFallback):
+		return nil, clientErr // the server's failure, if any, follows from it
+	case errors.Is(serverErr, ErrFallback):
+		return nil, fmt.Errorf("server: %w", serverErr)
 	}
 	return send, blame(clientErr, serverErr)
 }
@@ -592,8 +630,13 @@ func (r *runner) connRound(ctx context.Context, t Transport) (ConnStats, *histog
 		addConnStats(&total, ws)
 	}
 	phase.first, phase.n = uint64(cc.Warmup), cc.Conns
+	if _, err := ch.command(ctx, "mark", "MARK"); err != nil {
+		return ConnStats{}, nil, fmt.Errorf("server: %w", err)
+	}
+	mark := markCPU(0)
 	gauges := sampleGauges(ctx, ch)
 	ms, h, err := phase.run(ctx)
+	clientCPU := mark.spanSince(ms.Succeeded)
 	peak, gerr := gauges.end()
 	switch {
 	case err != nil && gerr != nil:
@@ -615,6 +658,8 @@ func (r *runner) connRound(ctx context.Context, t Transport) (ConnStats, *histog
 	}
 	srv.PeakHandshaking, srv.PeakPending, srv.PeakSamples = peak.PeakHandshaking, peak.PeakPending, peak.PeakSamples
 	total.Server = srv
+	total.CPU = newCPUStats(clientCPU, cpuSpan{user: time.Duration(srv.CPUUserNS), sys: time.Duration(srv.CPUSysNS),
+		wall: time.Duration(srv.CPUWindowNS), ops: srv.CPUServed})
 	return total, h, nil
 }
 

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // testConfig measures quickly: 10 ms warm-up and 50 ms per point.
@@ -65,6 +68,17 @@ func TestRunEndToEnd(t *testing.T) {
 			if !(0 < r.MinNS && r.MinNS <= r.P50NS && r.P50NS <= r.P99NS && r.P99NS <= r.P999NS && r.P999NS <= r.MaxNS) {
 				t.Errorf("ping-pong %d %s: percentiles out of order: %+v", p.Size, r.Transport, r.LatencyStats)
 			}
+			// The client's CPU interval covers exactly the measured round trips.
+			require.NotNil(t, r.CPU, "ping-pong %d %s: CPU", p.Size, r.Transport)
+			require.Len(t, r.RoundsCPU, 2)
+			assert.Equal(t, r.Samples, r.CPU.ClientOps)
+			assert.Equal(t, r.RoundsCPU[0].ClientOps+r.RoundsCPU[1].ClientOps, r.CPU.ClientOps)
+			// The server's starts by its own clock at about the same time.
+			assert.InDelta(t, float64(r.Samples), float64(r.CPU.ServerOps), 0.5*float64(r.Samples)+10)
+			assert.Positive(t, r.CPU.ClientUserNS+r.CPU.ClientSysNS)
+			assert.Positive(t, r.CPU.ServerUserNS+r.CPU.ServerSysNS)
+			assert.Positive(t, r.CPU.PerOpNS)
+			assert.Positive(t, r.CPU.Cores)
 		}
 	}
 	for _, p := range res.Stream {
@@ -79,6 +93,21 @@ func TestRunEndToEnd(t *testing.T) {
 				if r.WindowBytes == 0 || r.WindowBytes > r.BytesReceived || r.WindowNS <= 0 || r.BytesPerSec <= 0 {
 					t.Errorf("%s: window %d bytes in %d ns, %f B/s", what, r.WindowBytes, r.WindowNS, r.BytesPerSec)
 				}
+				// The receiver's CPU interval is its measurement window.
+				require.NotNil(t, r.CPU, what)
+				if k > 0 {
+					assert.Equal(t, r.WindowBytes/uint64(p.Size), r.CPU.ServerOps, what)
+				} else {
+					assert.Equal(t, res.Rounds[0].CPU.ServerOps+res.Rounds[1].CPU.ServerOps, r.CPU.ServerOps, what)
+				}
+				assert.LessOrEqual(t, r.CPU.ClientOps, r.MessagesSent, what)
+				// A 300000-byte write can outlast the whole measured time on a loaded
+				// machine (under the race detector), leaving the sender's interval with
+				// no message and the figure unknown; 1-byte messages never do.
+				if p.Size == 1 {
+					assert.Positive(t, r.CPU.ClientOps, what)
+				}
+				assert.Equal(t, r.CPU.ClientOps > 0 && r.CPU.ServerOps > 0, r.CPU.PerOpNS > 0, what)
 			}
 		}
 	}
@@ -210,8 +239,8 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("Defaults() = %v, want %v", got, want)
 	}
 	_, err := Resolve([]string{"tcp", "smcd"})
-	if err == nil || !strings.Contains(err.Error(), "known: tcp, tcp-corrupt-answers, tcp-corrupt-requests, tcp-counted, tcp-fallback, "+
-		"tcp-flip-http-body, tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, tcp-sendstats, unix") {
+	if err == nil || !strings.Contains(err.Error(), "known: tcp, tcp-corrupt-answers, tcp-corrupt-requests, tcp-counted, tcp-fallback, tcp-fallback-mid, "+
+		"tcp-flip-http-body, tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, tcp-sendstats, tcp-zc, tcp-zc-flip, unix") {
 		t.Errorf("Resolve with an unknown name: %v", err)
 	}
 	if _, err := Resolve([]string{"tcp", "tcp"}); err == nil {

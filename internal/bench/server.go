@@ -26,10 +26,12 @@ import (
 //	--file-size N     the size of that file in bytes
 //
 // On stdout it prints exactly one line "LISTEN <addr>" once it listens, and, if it fails
-// after that, one line "FAIL <kind> <text>" where kind is mismatch, protocol or io. It
+// after that, one line "FAIL <kind> <text>" where kind is mismatch, protocol, fallback or
+// io. It
 // serves one connection and exits: status 0 after sending its report, non-zero otherwise.
 // With --conns it reads commands from stdin, one a line: "stats" prints "STATS <json>",
-// "stop" ends the service with "REPORT <json>" and status 0. With --http it takes "stop".
+// "mark" starts the process's CPU interval and prints "MARK ok", "stop" ends both with
+// "REPORT <json>" and status 0. With --http it takes "stop".
 
 // serverArgs builds the child's arguments.
 func serverArgs(transport string, cpu int, conns bool) []string {
@@ -124,7 +126,7 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	case files != nil:
 		err = files.serve(ctx, ln, cmds, stdout)
 	default:
-		err = serveOne(ctx, ln)
+		err = serveOne(ctx, ln, tr.ZeroCopy)
 	}
 	if err != nil {
 		fmt.Fprintf(stdout, "FAIL %s %s\n", failKind(err), strings.ReplaceAll(err.Error(), "\n", " "))
@@ -132,8 +134,9 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	return err
 }
 
-// serveOne accepts one connection on ln, closes ln, and serves the connection.
-func serveOne(ctx context.Context, ln net.Listener) error {
+// serveOne accepts one connection on ln, closes ln, and serves the connection, through
+// zc's buffers if it is set.
+func serveOne(ctx context.Context, ln net.Listener, zc *ZeroCopy) error {
 	stopLn := context.AfterFunc(ctx, func() { ln.Close() })
 	conn, err := ln.Accept()
 	stopLn()
@@ -148,7 +151,7 @@ func serveOne(ctx context.Context, ln net.Listener) error {
 	stopConn := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stopConn()
 
-	err = serveConn(conn)
+	_, _, err = serveConn(conn, zc)
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", err, context.Cause(ctx))
 	}
@@ -167,6 +170,8 @@ func serveConns(ctx context.Context, tr Transport, ln net.Listener, cmds <-chan 
 		st := tr.ListenerStats(ln)
 		return &st
 	}
+	var mark *cpuMark // the start of the measured connections, if the client marked it
+	var cpu cpuSpan
 	for stop := false; !stop; {
 		select {
 		case <-ctx.Done():
@@ -179,6 +184,16 @@ func serveConns(ctx context.Context, tr Transport, ln net.Listener, cmds <-chan 
 				return fmt.Errorf("stopped before the client was done: %w", context.Cause(ctx))
 			case !ok, cmd == "stop":
 				stop = true
+				if mark != nil {
+					cpu = mark.spanSince(srv.served())
+				}
+			case cmd == "mark":
+				m := markCPU(srv.served())
+				mark = &m
+				if _, err := fmt.Fprintln(stdout, "MARK ok"); err != nil {
+					srv.stop(0)
+					return fmt.Errorf("answering mark: %w", err)
+				}
 			case cmd == "stats":
 				b, err := json.Marshal(listenerStats())
 				if err == nil {
@@ -196,6 +211,9 @@ func serveConns(ctx context.Context, tr Transport, ln net.Listener, cmds <-chan 
 	}
 	st := srv.stop(serverDrain)
 	st.Listener = listenerStats()
+	if mark != nil {
+		st.CPUUserNS, st.CPUSysNS, st.CPUWindowNS, st.CPUServed = int64(cpu.user), int64(cpu.sys), int64(cpu.wall), cpu.ops
+	}
 	b, err := json.Marshal(st)
 	if err == nil {
 		_, err = fmt.Fprintf(stdout, "REPORT %s\n", b)
@@ -207,35 +225,53 @@ func serveConns(ctx context.Context, tr Transport, ln net.Listener, cmds <-chan 
 }
 
 // serveConn reads the header, prepares, sends the ready message, serves the mode the
-// header names and sends the report.
-func serveConn(conn net.Conn) error {
+// header names (through zc's buffers if it is set) and sends the report.
+func serveConn(conn net.Conn, zc *ZeroCopy) (header, report, error) {
 	var hb [headerLen]byte
 	if _, err := io.ReadFull(conn, hb[:]); err != nil {
-		return fmt.Errorf("reading the header: %w", err)
+		return header{}, report{}, fmt.Errorf("reading the header: %w", err)
 	}
 	h, err := parseHeader(hb[:])
 	if err != nil {
-		return err
+		return header{}, report{}, err
 	}
+	rep, err := serveSession(conn, zc, h)
+	return h, rep, err
+}
+
+// serveSession serves the session that header h opened on conn.
+func serveSession(conn net.Conn, zc *ZeroCopy, h header) (report, error) {
 	pat := newPattern(h.size)
 	if _, err := conn.Write(appendReady(nil)); err != nil {
-		return fmt.Errorf("sending the ready message: %w", err)
+		return report{}, fmt.Errorf("sending the ready message: %w", err)
 	}
 	ready := time.Now()
 	var rep report
-	switch h.mode {
-	case modePingPong:
-		rep, err = pingPongServer(conn, pat)
-	case modeStream:
+	var zw ZeroCopyWriter
+	var zr ZeroCopyReader
+	var err error
+	if zc != nil {
+		if zw, zr, err = zc.Open(conn); err != nil {
+			return report{}, fmt.Errorf("opening the zero-copy buffers: %w", err)
+		}
+	}
+	switch {
+	case h.mode == modePingPong && zc != nil:
+		rep, err = pingPongServerZC(zw, zr, pat, ready, h.warmup)
+	case h.mode == modePingPong:
+		rep, err = pingPongServer(conn, pat, ready, h.warmup)
+	case zc != nil:
+		rep, err = streamServerZC(zr, pat, ready, h.warmup)
+	default:
 		rep, err = streamServer(conn, pat, ready, h.warmup)
 	}
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", h.mode, FormatSize(h.size), err)
+		return report{}, fmt.Errorf("%s %s: %w", h.mode, FormatSize(h.size), err)
 	}
 	if _, err := conn.Write(rep.append(nil)); err != nil {
-		return fmt.Errorf("sending the report: %w", err)
+		return report{}, fmt.Errorf("sending the report: %w", err)
 	}
-	return nil
+	return rep, nil
 }
 
 // failKind classifies a server error for the FAIL line.
@@ -245,22 +281,25 @@ func failKind(err error) string {
 		return "mismatch"
 	case errors.Is(err, ErrProtocol):
 		return "protocol"
+	case errors.Is(err, ErrFallback):
+		return "fallback"
 	}
 	return "io"
 }
 
 // ServerError is a failure the server child reported on its FAIL line. It matches
-// ErrMismatch or ErrProtocol (errors.Is) according to its kind.
+// ErrMismatch, ErrProtocol or ErrFallback (errors.Is) according to its kind.
 type ServerError struct {
-	Kind string // "mismatch", "protocol" or "io"
+	Kind string // "mismatch", "protocol", "fallback" or "io"
 	Msg  string
 }
 
 func (e *ServerError) Error() string { return e.Msg }
 
-// Is matches ErrMismatch and ErrProtocol by kind.
+// Is matches ErrMismatch, ErrProtocol and ErrFallback by kind.
 func (e *ServerError) Is(target error) bool {
-	return (target == ErrMismatch && e.Kind == "mismatch") || (target == ErrProtocol && e.Kind == "protocol")
+	return (target == ErrMismatch && e.Kind == "mismatch") || (target == ErrProtocol && e.Kind == "protocol") ||
+		(target == ErrFallback && e.Kind == "fallback")
 }
 
 // parseFail finds the FAIL line in what the child printed after LISTEN.

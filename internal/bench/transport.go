@@ -23,6 +23,9 @@ type Transport struct {
 	// Dial connects to addr, which is Listener.Addr().String() of a listener made by Listen
 	// in another process.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// ListenOn, if set, listens on the given address instead of a fresh one, for a
+	// server started on its own (Serve, "smcloop server --listen").
+	ListenOn func(ctx context.Context, addr string) (net.Listener, error)
 
 	// The hooks below are optional; they serve transports that upgrade a TCP connection
 	// after a handshake and may fall back to plain TCP.
@@ -54,7 +57,17 @@ type Transport struct {
 	// is false if the connection has none (a fallback, say). Stream and ping-pong report
 	// the client's, the HTTP mode the server's.
 	SendStats func(conn net.Conn) (st SendStats, ok bool)
+
+	// ZeroCopy, if set, moves the payload of ping-pong and stream through the
+	// transport's own buffers, filled and verified in place, instead of Read and Write.
+	ZeroCopy *ZeroCopy
 }
+
+// ErrFallback is matched (errors.Is) by the errors of a transport's I/O that left its own
+// path in the middle of a measurement (shmipc-go moving a stream to its unix socket
+// when its buffers run out, say). Such a measurement posts no figure: the round is
+// recorded as fallen back, with the error, and the run goes on.
+var ErrFallback = errors.New("the transport fell back")
 
 // SendStats are the send-path counters of a connection, as smcloop's Conn.Stats reports
 // them (after the kernel's smc_stats).
@@ -263,6 +276,10 @@ func TCP() Transport {
 			var lc net.ListenConfig
 			return lc.Listen(ctx, "tcp", "127.0.0.1:0")
 		},
+		ListenOn: func(ctx context.Context, addr string) (net.Listener, error) {
+			var lc net.ListenConfig
+			return lc.Listen(ctx, "tcp", addr)
+		},
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", addr)
@@ -288,6 +305,10 @@ func Unix() Transport {
 				return nil, err
 			}
 			return &tempDirListener{Listener: ln, dir: dir}, nil
+		},
+		ListenOn: func(ctx context.Context, addr string) (net.Listener, error) {
+			var lc net.ListenConfig
+			return lc.Listen(ctx, "unix", addr)
 		},
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			var d net.Dialer

@@ -1,4 +1,4 @@
-package main
+package smctransport
 
 import (
 	"context"
@@ -12,9 +12,18 @@ import (
 	"github.com/smcloop/smcloop/internal/bench"
 )
 
-func init() {
-	transportRegistrars = append(transportRegistrars, registerSMC, registerMixed, registerCLCReference)
+// Register adds smcloop's transports to the harness: those of registerSMC, registerMixed
+// and registerCLCReference, and smcd-zc (zerocopy.go). A program that benchmarks them
+// calls it (after bench.RegisterBuiltins) in the client and its server children alike.
+func Register() {
+	registerSMC()
+	registerMixed()
+	registerCLCReference()
+	registerZeroCopy()
 }
+
+// SlowHandshake is the server handshake delay of the -slowhs transports, for help texts.
+const SlowHandshake = slowHandshake
 
 // slowHandshake is the server handshake delay of the -slowhs transports (fault
 // injection, as on a loaded host). With the default 256 handshake workers it caps
@@ -39,11 +48,11 @@ func registerSMC() {
 		cfg  smcloop.Config
 		lc   smcloop.ListenConfig // Config is set from cfg
 	}{
-		{"smcd", "smcloop defaults (64 KiB DMB, short adaptive spin-yield before sleeping, autosplit 128 KiB)",
+		{"smcd", "smcloop defaults (elastic 1 MiB DMB, short adaptive spin-yield, then a short futex sleep if the process is idle, before the doorbell; autosplit 128 KiB)",
 			smcloop.Config{}, smcloop.ListenConfig{}}, // doorbells; busy polling only if SMCLOOP_BUSY_POLL sets it
-		{"smcd-nospin", "smcloop, no spinning: every wait sleeps on the doorbell at once (BusyPoll -1)", smcloop.Config{BusyPoll: -1}, smcloop.ListenConfig{}},
+		{"smcd-nospin", "smcloop, no spinning: every wait sleeps at once (BusyPoll -1)", smcloop.Config{BusyPoll: -1}, smcloop.ListenConfig{}},
 		// 1 MiB DMBs, SMC-D's largest, as the kernel's loopback-ism figures use.
-		{"smcd-1m", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB, as loopback-ism's published figures)",
+		{"smcd-1m", "smcloop, fixed 1 MiB DMB (RMem/WMem 1 MiB: all of it allocated at setup, as loopback-ism's published figures)",
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB}, smcloop.ListenConfig{}},
 		{"smcd-busypoll", "smcloop, RMem/WMem 1 MiB, 200 µs busy-poll budget (give each process its own CPU: --pin)",
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB, BusyPoll: 200 * time.Microsecond}, smcloop.ListenConfig{}},
@@ -72,6 +81,9 @@ func registerSMC() {
 			Desc: t.desc,
 			Listen: func(ctx context.Context) (net.Listener, error) {
 				return lc.Listen(ctx, "tcp", "127.0.0.1:0")
+			},
+			ListenOn: func(ctx context.Context, addr string) (net.Listener, error) {
+				return lc.Listen(ctx, "tcp", addr)
 			},
 			Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 				d := smcloop.Dialer{Config: cfg}

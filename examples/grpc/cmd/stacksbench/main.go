@@ -1,0 +1,220 @@
+// Command stacksbench compares smcloop with kernel TCP and unix sockets behind real
+// stacks: gRPC (unary calls of 16 B and 4 KiB, client streaming of 64 KiB messages) and
+// net/http (1 MiB GETs on one connection, 1 KiB GETs on eight). Client and server are
+// separate processes: the command re-executes itself as the server. smcloop runs with
+// its defaults (no Config, and SMCLOOP_* variables are unset). Every payload byte is
+// checked by its receiver.
+//
+//	go run ./cmd/stacksbench                      # about a minute
+//	go run ./cmd/stacksbench -duration 2s -rounds 5
+//	go run ./cmd/stacksbench -json out.json       # the table, and the raw figures as JSON
+//	go run ./cmd/stacksbench -json -              # JSON only, on standard output
+//
+// It prints, per workload and transport, the medians over the rounds (transports take
+// turns within each workload), their ratios to TCP, the spread across rounds, CPU per
+// operation (user+sys of both processes over the measured interval), the connections the
+// client opened and the mode the server saw on each; then how many connections an
+// http.Transport with default settings opens for 8 concurrent requests, and smcloop's
+// per-connection counters per operation.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/smcloop/smcloop"
+	"github.com/smcloop/smcloop/examples/grpc/internal/child"
+)
+
+func main() {
+	var (
+		serve      = flag.String("serve", "", "run as the server child on this transport (internal)")
+		dir        = flag.String("dir", "", "directory for the server child's unix sockets (internal)")
+		duration   = flag.Duration("duration", time.Second, "measured time per point")
+		warmup     = flag.Duration("warmup", 200*time.Millisecond, "warm-up per point, not measured")
+		rounds     = flag.Int("rounds", 3, "rounds: every workload on every transport once per round")
+		transports = flag.String("transports", strings.Join(allTransports, ","), "transports to compare, comma-separated; smcloop-nospin is also known")
+		only       = flag.String("workloads", "", "workloads to run, comma-separated (default all)")
+		jsonOut    = flag.String("json", "", "write the raw figures as JSON to this file; - writes them to standard output instead of the table")
+	)
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("stacksbench: ")
+	ignored := unsetSMCEnv()
+	if *serve != "" {
+		if err := serveChild(*serve, *dir); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	trs := strings.Split(*transports, ",")
+	for _, tr := range trs {
+		if _, ok := transportDocs[tr]; !ok {
+			log.Fatalf("unknown transport %q (have %s)", tr, strings.Join(allTransports, ", "))
+		}
+	}
+	wls := workloads
+	if *only != "" {
+		wls = nil
+		for _, name := range strings.Split(*only, ",") {
+			i := slices.IndexFunc(workloads, func(w workload) bool { return w.name == name })
+			if i < 0 {
+				log.Fatalf("unknown workload %q", name)
+			}
+			wls = append(wls, workloads[i])
+		}
+	}
+	if *rounds < 1 || *duration <= 0 || *warmup < 0 {
+		log.Fatal("want -rounds ≥ 1, -duration > 0, -warmup ≥ 0")
+	}
+
+	r := &Report{
+		Date:       time.Now().UTC().Format("2006-01-02 15:04:05 UTC"),
+		Command:    strings.Join(append([]string{"stacksbench"}, os.Args[1:]...), " "),
+		Machine:    machine(),
+		Warmup:     warmup.String(),
+		Duration:   duration.String(),
+		Rounds:     *rounds,
+		Transports: trs,
+		IgnoredEnv: ignored,
+		Errors:     []string{},
+	}
+	for _, w := range wls {
+		r.Workloads = append(r.Workloads, w.name)
+	}
+	for round := range *rounds {
+		if err := runRound(r, wls, round, *warmup, *duration); err != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("round %d: %v", round+1, err))
+		}
+	}
+	ps := smcloop.ProcessStatistics()
+	r.ClientProcess = handshakes{SMC: ps.ClientSMC, Fallback: ps.ClientFallback, Errors: ps.ClientHandshakeErr, Reasons: reasonNames(ps.ClientReasons)}
+	r.summarize(wls)
+
+	if *jsonOut != "-" {
+		r.writeTable(os.Stdout, wls)
+	}
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			log.Fatal(err)
+		}
+		b = append(b, '\n')
+		if *jsonOut == "-" {
+			_, err = os.Stdout.Write(b)
+		} else {
+			err = os.WriteFile(*jsonOut, b, 0o644)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	if len(r.Errors) > 0 {
+		os.Exit(1)
+	}
+}
+
+// unsetSMCEnv removes the SMCLOOP_* variables, which would change smcloop's defaults,
+// from this process (and so from its children) and returns their names.
+func unsetSMCEnv() []string {
+	var names []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "SMCLOOP_") {
+			os.Unsetenv(name)
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func reasonNames(m map[uint32]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for code, n := range m {
+		out[fmt.Sprintf("%#08x", code)] = n
+	}
+	return out
+}
+
+// runRound starts a server child per transport and measures every workload on every
+// transport, the transports' order rotating with the round.
+func runRound(r *Report, wls []workload, round int, warmup, duration time.Duration) error {
+	dir, err := os.MkdirTemp("", "stacksbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	children := map[string]*child.Process{}
+	defer func() {
+		for tr, p := range children {
+			if err := p.Close(); err != nil {
+				r.Errors = append(r.Errors, fmt.Sprintf("round %d: %s server: %v", round+1, tr, err))
+			}
+		}
+	}()
+	for _, tr := range r.Transports {
+		p, err := child.Start(nil, "-serve", tr, "-dir", dir)
+		if err != nil {
+			return fmt.Errorf("%s server: %w", tr, err)
+		}
+		if len(p.Ready) != 2 {
+			return fmt.Errorf("%s server: ready with %q, want two addresses", tr, p.Ready)
+		}
+		children[tr] = p
+	}
+	n := len(r.Transports)
+	order := make([]string, n)
+	for i := range order {
+		order[i] = r.Transports[(i+round)%n]
+	}
+	add := func(name, tr string, res *Result, err error) {
+		if err != nil {
+			res = &Result{Transport: tr, Error: err.Error()}
+			r.Errors = append(r.Errors, fmt.Sprintf("round %d: %s on %s: %v", round+1, name, tr, err))
+		}
+		res.Workload, res.Round = name, round+1
+		r.Results = append(r.Results, res)
+	}
+	for _, w := range wls {
+		for _, tr := range order {
+			p := children[tr]
+			pt := &point{transport: tr, grpcAddr: p.Ready[0], httpAddr: p.Ready[1], srv: p, warmup: warmup, duration: duration}
+			log.Printf("round %d/%d: %s on %s", round+1, r.Rounds, w.name, tr)
+			res, err := w.run(pt)
+			if err == nil && res.Conns > w.conns {
+				pt.rec.mu.Lock()
+				res.Redials = slices.Clone(pt.rec.states)
+				pt.rec.mu.Unlock()
+			}
+			add(w.name, tr, res, err)
+		}
+	}
+	for _, tr := range order {
+		p := children[tr]
+		pt := &point{transport: tr, grpcAddr: p.Ready[0], httpAddr: p.Ready[1], srv: p}
+		res, err := pt.connProbe()
+		add(connProbeName, tr, res, err)
+		if smc(tr) {
+			st, err := pt.serverStats()
+			if err != nil {
+				return err
+			}
+			h := &r.ServerProcesses
+			h.SMC += st.ServerSMC
+			h.Fallback += st.ServerFallback
+			h.Errors += st.ServerHSErr
+			for k, v := range st.Reasons {
+				if h.Reasons == nil {
+					h.Reasons = map[string]uint64{}
+				}
+				h.Reasons[k] += v
+			}
+		}
+	}
+	return nil
+}

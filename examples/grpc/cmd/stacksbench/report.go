@@ -1,0 +1,409 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+)
+
+// Result is one measurement: a workload on a transport in a round.
+type Result struct {
+	Workload  string  `json:"workload"`
+	Transport string  `json:"transport"`
+	Round     int     `json:"round"`
+	Ops       int64   `json:"ops"`
+	Bytes     int64   `json:"bytes"`
+	Seconds   float64 `json:"seconds"`
+	// Metrics: p50_us, p99_us, mean_us (unary), ops_per_s, mb_per_s, cpu_us_per_op
+	// (both processes), client_cpu_us_per_op, server_cpu_us_per_op, cpu_cores.
+	Metrics       map[string]float64 `json:"metrics"`
+	ClientCPUUser float64            `json:"client_cpu_user_s"`
+	ClientCPUSys  float64            `json:"client_cpu_sys_s"`
+	ServerCPUUser float64            `json:"server_cpu_user_s"`
+	ServerCPUSys  float64            `json:"server_cpu_sys_s"`
+	// Conns is how many connections the client opened, warm-up included; ClientModes and
+	// ServerModes count them by mode as each side saw it (the server through gRPC's
+	// AuthInfo for gRPC, at accept for HTTP).
+	Conns       int            `json:"conns"`
+	ClientModes map[string]int `json:"client_modes"`
+	ServerModes map[string]int `json:"server_modes"`
+	// ClientSMC and ServerSMC are the smcloop connections' counters over the measured
+	// interval (smcloop only).
+	ClientSMC *counters `json:"client_smc,omitempty"`
+	ServerSMC *counters `json:"server_smc,omitempty"`
+	// Redials, when the client opened more connections than the workload keeps, say
+	// what state the earlier ones were in at each further dial.
+	Redials []string `json:"redials,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// Summary is a workload on a transport over all rounds.
+type Summary struct {
+	Workload  string `json:"workload"`
+	Transport string `json:"transport"`
+	Rounds    int    `json:"rounds"`
+	Ops       int64  `json:"ops"`
+	// Median holds the median over rounds of each metric; VsTCP its ratio to tcp's.
+	Median map[string]float64 `json:"median"`
+	VsTCP  map[string]float64 `json:"vs_tcp,omitempty"`
+	// Primary is the row's headline metric; Min, Max and SpreadPct ((max-min)/2 as a
+	// percentage of the median) its spread across rounds.
+	Primary     string         `json:"primary"`
+	Min         float64        `json:"min"`
+	Max         float64        `json:"max"`
+	SpreadPct   float64        `json:"spread_pct"`
+	Conns       []int          `json:"conns_per_round"`
+	ClientModes map[string]int `json:"client_modes"`
+	ServerModes map[string]int `json:"server_modes"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	OS, Arch, Kernel, CPU, Go string
+	CPUs, GOMAXPROCS          int
+}
+
+// Report is the whole run, as --json writes it.
+type Report struct {
+	Date       string     `json:"date"`
+	Command    string     `json:"command"`
+	Machine    Machine    `json:"machine"`
+	Warmup     string     `json:"warmup"`
+	Duration   string     `json:"duration"`
+	Rounds     int        `json:"rounds"`
+	Transports []string   `json:"transports"`
+	Workloads  []string   `json:"workloads"`
+	IgnoredEnv []string   `json:"ignored_env,omitempty"`
+	Results    []*Result  `json:"results"`
+	Summary    []*Summary `json:"summary"`
+	Errors     []string   `json:"errors"`
+	// ClientProcess and ServerProcesses are smcloop.ProcessStatistics handshake
+	// outcomes: this process's dials, and the server children's accepts added up.
+	ClientProcess   handshakes `json:"client_process"`
+	ServerProcesses handshakes `json:"server_processes"`
+}
+
+type handshakes struct {
+	SMC      uint64            `json:"smc"`
+	Fallback uint64            `json:"fallback"`
+	Errors   uint64            `json:"errors"`
+	Reasons  map[string]uint64 `json:"fallback_reasons,omitempty"`
+}
+
+func machine() Machine {
+	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version(), CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	var u syscall.Utsname
+	if syscall.Uname(&u) == nil {
+		var b strings.Builder
+		for _, c := range u.Release {
+			if c == 0 {
+				break
+			}
+			b.WriteByte(byte(c))
+		}
+		m.Kernel = b.String()
+	}
+	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(info)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+func primaryOf(w workload) string {
+	switch {
+	case w.latency:
+		return "p50_us"
+	case strings.HasPrefix(w.name, "grpc-stream"):
+		return "mb_per_s"
+	}
+	return "ops_per_s"
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// summarize fills r.Summary from r.Results.
+func (r *Report) summarize(wls []workload) {
+	r.Summary = nil
+	for _, w := range append(slices.Clone(wls), workload{name: connProbeName}) {
+		byTr := map[string]*Summary{}
+		for _, tr := range r.Transports {
+			s := &Summary{Workload: w.name, Transport: tr, Median: map[string]float64{}, Primary: primaryOf(w),
+				ClientModes: map[string]int{}, ServerModes: map[string]int{}}
+			if w.name == connProbeName {
+				s.Primary = "conns"
+			}
+			values := map[string][]float64{}
+			for _, res := range r.Results {
+				if res.Workload != w.name || res.Transport != tr || res.Error != "" {
+					continue
+				}
+				s.Rounds++
+				s.Ops += res.Ops
+				s.Conns = append(s.Conns, res.Conns)
+				for k, v := range res.Metrics {
+					values[k] = append(values[k], v)
+				}
+				for m, n := range res.ClientModes {
+					s.ClientModes[m] += n
+				}
+				for m, n := range res.ServerModes {
+					s.ServerModes[m] += n
+				}
+			}
+			if s.Rounds == 0 {
+				continue
+			}
+			for k, v := range values {
+				s.Median[k] = median(v)
+			}
+			pv := values[s.Primary]
+			s.Min, s.Max = slices.Min(pv), slices.Max(pv)
+			if m := s.Median[s.Primary]; m > 0 {
+				s.SpreadPct = (s.Max - s.Min) / 2 / m * 100
+			}
+			byTr[tr] = s
+			r.Summary = append(r.Summary, s)
+		}
+		if tcp := byTr["tcp"]; tcp != nil {
+			for _, s := range byTr {
+				s.VsTCP = map[string]float64{}
+				for k, v := range s.Median {
+					if t := tcp.Median[k]; t > 0 {
+						s.VsTCP[k] = v / t
+					}
+				}
+			}
+		}
+	}
+}
+
+func (r *Report) summary(workload, transport string) *Summary {
+	for _, s := range r.Summary {
+		if s.Workload == workload && s.Transport == transport {
+			return s
+		}
+	}
+	return nil
+}
+
+func num(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v >= 10000:
+		return commas(int64(math.Round(v)))
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func ratio(s *Summary, key string) string {
+	v, ok := s.VsTCP[key]
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
+// modes formats connection counts by mode: "SMCD×3", "plain×3".
+func modes(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		name := k
+		if strings.HasPrefix(k, "not smcloop") {
+			name = "plain"
+		}
+		parts = append(parts, fmt.Sprintf("%s×%d", name, m[k]))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+func intsList(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// writeTable prints the report for people.
+func (r *Report) writeTable(out io.Writer, wls []workload) {
+	fmt.Fprintf(out, "stacksbench, %s\n\n", r.Date)
+	fmt.Fprintf(out, "  command    %s\n", r.Command)
+	m := r.Machine
+	fmt.Fprintf(out, "  machine    %s/%s, %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.OS, m.Arch, m.CPUs, m.CPU, m.Kernel, m.Go, m.GOMAXPROCS)
+	fmt.Fprintf(out, "  method     client and server are separate processes (the server a re-executed child, fresh each round);\n")
+	fmt.Fprintf(out, "             every payload byte is checked by its receiver; each point: %s warm-up, then %s measured;\n", r.Warmup, r.Duration)
+	fmt.Fprintf(out, "             %d rounds, transports take turns within each workload; figures are medians of the rounds;\n", r.Rounds)
+	fmt.Fprintf(out, "             CPU is user+sys of both processes (getrusage) over the measured interval, per operation\n")
+	if len(r.IgnoredEnv) > 0 {
+		fmt.Fprintf(out, "  ignored    %s (unset: smcloop runs with its defaults)\n", strings.Join(r.IgnoredEnv, ", "))
+	}
+	for i, tr := range r.Transports {
+		label := "  transport"
+		if i > 0 {
+			label = "           "
+		}
+		fmt.Fprintf(out, "%s  %-8s %s\n", label, tr, transportDocs[tr])
+	}
+	for _, w := range wls {
+		fmt.Fprintf(out, "\n%s  %s\n\n", w.title, w.about)
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		if w.latency {
+			fmt.Fprintf(tw, "  transport\tp50 µs\tp99 µs\tp50 vs tcp\tp99 vs tcp\tp50 spread\tcalls/s\tCPU µs/call\tvs tcp\tcalls\tconns\tserver saw\t\n")
+		} else {
+			fmt.Fprintf(tw, "  transport\tMB/s\t%ss/s\tvs tcp\tspread\tCPU µs/%s\tvs tcp\tcores busy\t%ss\tconns\tserver saw\t\n", w.unit, w.unit, w.unit)
+		}
+		for _, tr := range r.Transports {
+			s := r.summary(w.name, tr)
+			if s == nil {
+				fmt.Fprintf(tw, "  %s\tfailed\t\n", tr)
+				continue
+			}
+			md := s.Median
+			spread := fmt.Sprintf("±%.0f%%", s.SpreadPct)
+			if w.latency {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", tr,
+					num(md["p50_us"]), num(md["p99_us"]), ratio(s, "p50_us"), ratio(s, "p99_us"), spread,
+					num(md["ops_per_s"]), num(md["cpu_us_per_op"]), ratio(s, "cpu_us_per_op"),
+					commas(s.Ops), intsList(s.Conns), modes(s.ServerModes))
+			} else {
+				rk := "ops_per_s"
+				if s.Primary == "mb_per_s" {
+					rk = "mb_per_s"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", tr,
+					num(md["mb_per_s"]), num(md["ops_per_s"]), ratio(s, rk), spread,
+					num(md["cpu_us_per_op"]), ratio(s, "cpu_us_per_op"), num(md["cpu_cores"]),
+					commas(s.Ops), intsList(s.Conns), modes(s.ServerModes))
+			}
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintf(out, "\nNET/HTTP CONNECTIONS  http.Transport with http.DefaultTransport's settings (MaxIdleConnsPerHost 2),\n")
+	fmt.Fprintf(out, "  %d goroutines × %d GETs of 1 KiB: connections the client opened, per round\n\n", connProbeWorkers, connProbeRequests)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  transport\tconns opened\tmedian\tvs tcp\treq/s\tdial p50 µs\tdial max µs\tserver saw\t\n")
+	for _, tr := range r.Transports {
+		s := r.summary(connProbeName, tr)
+		if s == nil {
+			fmt.Fprintf(tw, "  %s\tfailed\t\n", tr)
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", tr, intsList(s.Conns), num(s.Median["conns"]), ratio(s, "conns"),
+			num(s.Median["ops_per_s"]), num(s.Median["dial_p50_us"]), num(s.Median["dial_max_us"]), modes(s.ServerModes))
+	}
+	tw.Flush()
+
+	if slices.ContainsFunc(r.Transports, smc) {
+		fmt.Fprintf(out, "\nSMCLOOP COUNTERS  Conn.Stats() per operation over the measured interval, client/server, median of rounds\n\n")
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "  workload\ttransport\twrites\treads\tsleeps\trings sent\trings suppr.\tpushes\twindow upd.\tDMB KiB\tTCP bytes\t\n")
+		for _, w := range wls {
+			for _, tr := range r.Transports {
+				var rows []*Result
+				for _, res := range r.Results {
+					if res.Workload == w.name && res.Transport == tr && res.ClientSMC != nil && res.Error == "" {
+						rows = append(rows, res)
+					}
+				}
+				if len(rows) == 0 {
+					continue
+				}
+				per := func(f func(c *counters) uint64) string {
+					var cv, sv []float64
+					for _, res := range rows {
+						cv = append(cv, float64(f(res.ClientSMC))/float64(res.Ops))
+						sv = append(sv, float64(f(res.ServerSMC))/float64(res.Ops))
+					}
+					return num(median(cv)) + "/" + num(median(sv))
+				}
+				last := rows[len(rows)-1]
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t\n", w.name, tr,
+					per(func(c *counters) uint64 { return c.SMCWrites }),
+					per(func(c *counters) uint64 { return c.SMCReads }),
+					per(func(c *counters) uint64 { return c.Sleeps }),
+					per(func(c *counters) uint64 { return c.RingsSent }),
+					per(func(c *counters) uint64 { return c.RingsSuppressed }),
+					per(func(c *counters) uint64 { return c.Pushes }),
+					per(func(c *counters) uint64 { return c.WindowUpdates }),
+					last.ClientSMC.RMBSize>>10, last.ServerSMC.RMBSize>>10,
+					per(func(c *counters) uint64 { return c.TCPBytesSent + c.TCPBytesRecv }))
+			}
+		}
+		tw.Flush()
+		fmt.Fprintf(out, "\n  handshakes  client: %s; servers: %s\n", r.ClientProcess, r.ServerProcesses)
+	}
+
+	var notes []string
+	for _, res := range r.Results {
+		for _, d := range res.Redials {
+			notes = append(notes, fmt.Sprintf("round %d, %s on %s: %s", res.Round, res.Workload, res.Transport, d))
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(out, "\nextra connections (the client opened more than the workload keeps):\n")
+		for _, n := range notes {
+			fmt.Fprintf(out, "  %s\n", n)
+		}
+	}
+
+	if len(r.Errors) == 0 {
+		fmt.Fprintf(out, "\nerrors: none\n")
+		return
+	}
+	fmt.Fprintf(out, "\nerrors: %d\n", len(r.Errors))
+	for _, e := range r.Errors {
+		fmt.Fprintf(out, "  %s\n", e)
+	}
+}
+
+func (h handshakes) String() string {
+	s := fmt.Sprintf("%d SMC-D, %d fallback, %d handshake errors", h.SMC, h.Fallback, h.Errors)
+	if len(h.Reasons) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(h.Reasons)) {
+			parts = append(parts, fmt.Sprintf("%s×%d", k, h.Reasons[k]))
+		}
+		sort.Strings(parts)
+		s += " (" + strings.Join(parts, " ") + ")"
+	}
+	return s
+}

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/smcloop/smcloop/examples/grpc/bulk"
+	"github.com/smcloop/smcloop/examples/grpc/internal/child"
+	"github.com/smcloop/smcloop/examples/grpc/smccreds"
+)
+
+// A workload is one row group of the report.
+type workload struct {
+	name string
+	// conns is how many connections the client should open.
+	conns int
+	title string
+	about string
+	unit  string // what one operation is: call, msg, req
+	// latency workloads report p50/p99 (lower is better); the others a rate.
+	latency bool
+	run     func(p *point) (*Result, error)
+}
+
+var workloads = []workload{
+	{name: "grpc-unary-16B", conns: 1, title: "GRPC UNARY 16 B", unit: "call", latency: true,
+		about: "one connection, one call at a time, 16-byte request and reply; latency of each call at the client",
+		run:   func(p *point) (*Result, error) { return p.unary(16) }},
+	{name: "grpc-unary-4KiB", conns: 1, title: "GRPC UNARY 4 KiB", unit: "call", latency: true,
+		about: "one connection, one call at a time, 4096-byte request and reply",
+		run:   func(p *point) (*Result, error) { return p.unary(4096) }},
+	{name: "grpc-stream-64KiB", conns: 1, title: "GRPC STREAM 64 KiB", unit: "msg",
+		about: "client streaming on one connection, 65536-byte messages, each checked by the server; MB/s of messages the server counted",
+		run:   func(p *point) (*Result, error) { return p.stream(64 << 10) }},
+	{name: "http-get-1MiB-1conn", conns: 1, title: "NET/HTTP GET 1 MiB, 1 CONNECTION", unit: "req",
+		about: "http.Client, one keep-alive connection, one request at a time; the client checks each 1 MiB body",
+		run:   func(p *point) (*Result, error) { return p.httpGet(1<<20, 1) }},
+	{name: "http-get-1KiB-8conns", conns: 8, title: "NET/HTTP GET 1 KiB, 8 CONNECTIONS", unit: "req",
+		about: "http.Client with MaxIdleConnsPerHost 8, 8 goroutines requesting at once; the client checks each 1 KiB body",
+		run:   func(p *point) (*Result, error) { return p.httpGet(1<<10, 8) }},
+}
+
+// connProbe counts the connections a default http.Transport opens for 8 concurrent
+// requests (its MaxIdleConnsPerHost is 2).
+const (
+	connProbeName     = "http-default-transport-8"
+	connProbeWorkers  = 8
+	connProbeRequests = 40 // per worker
+)
+
+// point is one measurement: one workload on one transport in one round.
+type point struct {
+	transport        string
+	grpcAddr         string
+	httpAddr         string
+	srv              *child.Process
+	rec              *recorder
+	warmup, duration time.Duration
+}
+
+// sample is a CPU and counter snapshot of both processes.
+type sample struct {
+	at        time.Time
+	client    cpuTime
+	server    cpuTime
+	clientSMC counters
+}
+
+func (p *point) snap() (sample, error) {
+	var s sample
+	reply, err := p.srv.Call("cpu")
+	if err != nil {
+		return s, fmt.Errorf("server cpu: %w", err)
+	}
+	var u, sy int64
+	if _, err := fmt.Sscanf(reply, "%d %d", &u, &sy); err != nil {
+		return s, fmt.Errorf("server cpu %q: %w", reply, err)
+	}
+	s.server = cpuTime{User: time.Duration(u), Sys: time.Duration(sy)}
+	if s.client, err = processCPU(); err != nil {
+		return s, err
+	}
+	_, _, s.clientSMC = p.rec.snapshot()
+	s.at = time.Now()
+	return s, nil
+}
+
+func (p *point) serverStats() (serverStats, error) {
+	var st serverStats
+	reply, err := p.srv.Call("stats")
+	if err != nil {
+		return st, err
+	}
+	if strings.HasPrefix(reply, "error ") {
+		return st, errors.New(reply)
+	}
+	return st, json.Unmarshal([]byte(reply), &st)
+}
+
+// measure runs body for the warm-up and then for the measured duration, and fills a
+// Result from the snapshots around the measured run. body returns operations and bytes.
+func (p *point) measure(body func(until time.Time, measured bool) (ops, bytes int64, err error)) (*Result, error) {
+	st0, err := p.serverStats()
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := body(time.Now().Add(p.warmup), false); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+	s0, err := p.snap()
+	if err != nil {
+		return nil, err
+	}
+	srv0, err := p.serverStats()
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	ops, n, err := body(t0.Add(p.duration), true)
+	elapsed := time.Since(t0)
+	if err != nil {
+		return nil, err
+	}
+	srv1, err := p.serverStats()
+	if err != nil {
+		return nil, err
+	}
+	s1, err := p.snap()
+	if err != nil {
+		return nil, err
+	}
+	if ops == 0 {
+		return nil, errors.New("no operation completed")
+	}
+	client, server := s1.client.sub(s0.client), s1.server.sub(s0.server)
+	dials, modes, _ := p.rec.snapshot()
+	r := &Result{
+		Transport: p.transport, Ops: ops, Bytes: n, Seconds: elapsed.Seconds(),
+		Conns: dials, ClientModes: modes,
+		ClientCPUUser: client.User.Seconds(), ClientCPUSys: client.Sys.Seconds(),
+		ServerCPUUser: server.User.Seconds(), ServerCPUSys: server.Sys.Seconds(),
+		Metrics: map[string]float64{
+			"ops_per_s":            float64(ops) / elapsed.Seconds(),
+			"mb_per_s":             float64(n) / elapsed.Seconds() / 1e6,
+			"cpu_us_per_op":        float64(client.total()+server.total()) / 1e3 / float64(ops),
+			"client_cpu_us_per_op": float64(client.total()) / 1e3 / float64(ops),
+			"server_cpu_us_per_op": float64(server.total()) / 1e3 / float64(ops),
+			"cpu_cores":            (client.total() + server.total()).Seconds() / elapsed.Seconds(),
+		},
+	}
+	r.ServerModes = subModes(srv1.GRPCModes, st0.GRPCModes)
+	for m, n := range subModes(srv1.HTTPModes, st0.HTTPModes) {
+		r.ServerModes[m] += n
+	}
+	if smc(p.transport) {
+		c := s1.clientSMC.sub(s0.clientSMC)
+		sv := srv1.SMC.sub(srv0.SMC)
+		r.ClientSMC, r.ServerSMC = &c, &sv
+	}
+	return r, nil
+}
+
+func (p *point) grpcClient() (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///bench",
+		grpc.WithTransportCredentials(smccreds.New()),
+		grpc.WithContextDialer(p.rec.dial))
+}
+
+func (p *point) unary(size int) (*Result, error) {
+	p.rec = newRecorder(p.transport, p.grpcAddr)
+	cc, err := p.grpcClient()
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	e := bulk.NewClient(cc).Exchanger(size)
+	ctx, cancel := context.WithTimeout(context.Background(), p.warmup+p.duration+time.Minute)
+	defer cancel()
+	var (
+		seq uint64
+		lat = make([]time.Duration, 0, 1<<16)
+	)
+	r, err := p.measure(func(until time.Time, measured bool) (int64, int64, error) {
+		var ops int64
+		for {
+			t0 := time.Now()
+			if !t0.Before(until) {
+				return ops, ops * int64(2*size), nil
+			}
+			if err := e.Exchange(ctx, seq); err != nil {
+				return ops, 0, fmt.Errorf("Exchange %d: %w", seq, err)
+			}
+			if measured {
+				lat = append(lat, time.Since(t0))
+			}
+			seq++
+			ops++
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(lat)
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	r.Metrics["p50_us"] = us(lat[len(lat)/2])
+	r.Metrics["p99_us"] = us(lat[len(lat)*99/100])
+	r.Metrics["mean_us"] = us(sum / time.Duration(len(lat)))
+	return r, nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func (p *point) stream(size int) (*Result, error) {
+	p.rec = newRecorder(p.transport, p.grpcAddr)
+	cc, err := p.grpcClient()
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	c := bulk.NewClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), p.warmup+p.duration+time.Minute)
+	defer cancel()
+	return p.measure(func(until time.Time, _ bool) (int64, int64, error) {
+		u, err := c.Upload(ctx, size)
+		if err != nil {
+			return 0, 0, err
+		}
+		for time.Now().Before(until) {
+			if err := u.Send(); err != nil {
+				return 0, 0, fmt.Errorf("Upload: %w", err)
+			}
+		}
+		count, n, err := u.Close()
+		return int64(count), int64(n), err
+	})
+}
+
+// getter fetches and checks /bytes bodies.
+type getter struct {
+	client *http.Client
+	base   string
+	size   int
+	buf    []byte
+}
+
+func (g *getter) get(ctx context.Context, seq uint64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.base+"&seq="+strconv.FormatUint(seq, 10), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %d: %s", seq, resp.Status)
+	}
+	if resp.ContentLength != int64(g.size) {
+		return fmt.Errorf("GET %d: Content-Length %d, want %d", seq, resp.ContentLength, g.size)
+	}
+	if _, err := io.ReadFull(resp.Body, g.buf); err != nil {
+		return fmt.Errorf("GET %d: body: %w", seq, err)
+	}
+	if n, err := resp.Body.Read(g.buf[:1]); n != 0 || !errors.Is(err, io.EOF) {
+		return fmt.Errorf("GET %d: body longer than %d bytes (%v)", seq, g.size, err)
+	}
+	return bulk.CheckPattern(g.buf, seq)
+}
+
+func (p *point) httpTransport(conns int) *http.Transport {
+	return &http.Transport{
+		DialContext:         p.rec.dialHTTP,
+		MaxIdleConnsPerHost: conns,
+		MaxConnsPerHost:     conns,
+		DisableCompression:  true,
+		IdleConnTimeout:     time.Minute,
+	}
+}
+
+// httpGet fetches size-byte bodies from workers goroutines at once.
+func (p *point) httpGet(size, workers int) (*Result, error) {
+	p.rec = newRecorder(p.transport, p.httpAddr)
+	tr := p.httpTransport(workers)
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	base := "http://bench/bytes?n=" + strconv.Itoa(size)
+	ctx, cancel := context.WithTimeout(context.Background(), p.warmup+p.duration+time.Minute)
+	defer cancel()
+	var seq atomic.Uint64
+	return p.measure(func(until time.Time, _ bool) (int64, int64, error) {
+		var (
+			wg   sync.WaitGroup
+			ops  atomic.Int64
+			errs = make([]error, workers)
+		)
+		for w := range workers {
+			wg.Go(func() {
+				g := &getter{client: client, base: base, size: size, buf: make([]byte, size)}
+				for time.Now().Before(until) {
+					if err := g.get(ctx, seq.Add(1)); err != nil {
+						errs[w] = err
+						return
+					}
+					ops.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return ops.Load(), ops.Load() * int64(size), errors.Join(errs...)
+	})
+}
+
+// connProbe runs connProbeWorkers goroutines of connProbeRequests 1 KiB GETs each on an
+// http.Transport with the defaults of http.DefaultTransport, and counts its dials.
+func (p *point) connProbe() (*Result, error) {
+	p.rec = newRecorder(p.transport, p.httpAddr)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = p.rec.dialHTTP
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st0, err := p.serverStats()
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	var (
+		wg   sync.WaitGroup
+		seq  atomic.Uint64
+		errs = make([]error, connProbeWorkers)
+	)
+	for w := range connProbeWorkers {
+		wg.Go(func() {
+			g := &getter{client: client, base: "http://bench/bytes?n=1024", size: 1024, buf: make([]byte, 1024)}
+			for range connProbeRequests {
+				if err := g.get(ctx, seq.Add(1)); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	st1, err := p.serverStats()
+	if err != nil {
+		return nil, err
+	}
+	dials, modes, _ := p.rec.snapshot()
+	dialP50, dialMax := p.rec.dialTimes()
+	ops := int64(connProbeWorkers * connProbeRequests)
+	return &Result{
+		Transport: p.transport, Ops: ops, Bytes: ops * 1024, Seconds: elapsed.Seconds(),
+		Conns: dials, ClientModes: modes, ServerModes: subModes(st1.HTTPModes, st0.HTTPModes),
+		Metrics: map[string]float64{
+			"ops_per_s": float64(ops) / elapsed.Seconds(), "conns": float64(dials),
+			"dial_p50_us": us(dialP50), "dial_max_us": us(dialMax),
+		},
+	}, nil
+}

@@ -1,0 +1,256 @@
+// Package grpcexample_test runs the module's commands as a person would: the examples'
+// servers and clients in two processes, and the benchmark with a tiny duration.
+package grpcexample_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var build = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "grpcexample")
+	if err != nil {
+		return "", err
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(goBin, "build", "-o", dir, "./cmd/unary", "./cmd/stream", "./cmd/stacksbench")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", &buildError{err, out}
+	}
+	return dir, nil
+})
+
+type buildError struct {
+	err error
+	out []byte
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + string(e.out) }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if dir, err := build(); err == nil {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+// command returns a command running one of the module's binaries.
+func command(t *testing.T, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	dir, err := build()
+	require.NoError(t, err)
+	cmd := exec.Command(filepath.Join(dir, name), args...)
+	cmd.Env = cleanEnv()
+	return cmd
+}
+
+// cleanEnv is the environment without SMCLOOP_* settings: the examples run on defaults.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SMCLOOP_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := command(t, name, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s %s\nstderr:\n%s", name, strings.Join(args, " "), stderr.String())
+	return string(out)
+}
+
+func TestUnaryExample(t *testing.T) {
+	out := run(t, "unary", "-n", "200")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, out)
+	assert.Equal(t, "connection: server saw SMCD (smc=true), client has SMCD", lines[0])
+	for i, size := range []string{"16", "4096", "65536"} {
+		assert.Regexp(t, `^Exchange `+size+` B: 200 calls, every byte checked, p50 \S+, p99 \S+$`, lines[i+1])
+	}
+}
+
+func TestStreamExample(t *testing.T) {
+	out := run(t, "stream", "-duration", "200ms")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	assert.Equal(t, "connection: server saw SMCD (smc=true)", lines[0])
+	m := regexp.MustCompile(`^Upload 65536 B messages: the server checked (\d+) messages, (\d+) bytes, in \S+: ([\d.]+) MB/s, \d+ msgs/s$`).FindStringSubmatch(lines[1])
+	require.NotNil(t, m, lines[1])
+	count, _ := strconv.Atoi(m[1])
+	n, _ := strconv.Atoi(m[2])
+	assert.Positive(t, count)
+	assert.Equal(t, count*65536, n)
+}
+
+// TestSeparateCommands runs the README's two-terminal form: a server started on its
+// own, and a client given its address.
+func TestSeparateCommands(t *testing.T) {
+	for _, name := range []string{"unary", "stream"} {
+		t.Run(name, func(t *testing.T) {
+			srv := command(t, name, "-listen", "127.0.0.1:0")
+			stderr, err := srv.StderrPipe()
+			require.NoError(t, err)
+			require.NoError(t, srv.Start())
+			t.Cleanup(func() {
+				srv.Process.Kill()
+				srv.Wait()
+			})
+			line, err := bufio.NewReader(stderr).ReadString('\n')
+			require.NoError(t, err)
+			addr, ok := strings.CutPrefix(strings.TrimSpace(line), "gRPC server on ")
+			require.True(t, ok, line)
+
+			args := []string{"-dial", addr, "-n", "50", "-sizes", "16,1000"}
+			if name == "stream" {
+				args = []string{"-dial", addr, "-duration", "100ms"}
+			}
+			out := run(t, name, args...)
+			assert.Contains(t, out, "server saw SMCD (smc=true)")
+		})
+	}
+}
+
+var benchWorkloads = []string{"grpc-unary-16B", "grpc-unary-4KiB", "grpc-stream-64KiB", "http-get-1MiB-1conn", "http-get-1KiB-8conns"}
+
+type benchResult struct {
+	Workload    string             `json:"workload"`
+	Transport   string             `json:"transport"`
+	Round       int                `json:"round"`
+	Ops         int64              `json:"ops"`
+	Metrics     map[string]float64 `json:"metrics"`
+	Conns       int                `json:"conns"`
+	ClientModes map[string]int     `json:"client_modes"`
+	ServerModes map[string]int     `json:"server_modes"`
+	Redials     []string           `json:"redials"`
+	Error       string             `json:"error"`
+}
+
+type benchReport struct {
+	Rounds     int           `json:"rounds"`
+	Transports []string      `json:"transports"`
+	Workloads  []string      `json:"workloads"`
+	Results    []benchResult `json:"results"`
+	Summary    []struct {
+		Workload  string             `json:"workload"`
+		Transport string             `json:"transport"`
+		Median    map[string]float64 `json:"median"`
+		VsTCP     map[string]float64 `json:"vs_tcp"`
+	} `json:"summary"`
+	Errors []string `json:"errors"`
+}
+
+func TestStacksbench(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	out := run(t, "stacksbench", "-duration", "60ms", "-warmup", "20ms", "-rounds", "2", "-json", jsonPath)
+
+	raw, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep benchReport
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.Empty(t, rep.Errors)
+	assert.Equal(t, 2, rep.Rounds)
+	transports := []string{"smcloop", "tcp", "unix"}
+	assert.Equal(t, transports, rep.Transports)
+	assert.Equal(t, benchWorkloads, rep.Workloads)
+
+	seen := map[string]int{}
+	for _, r := range rep.Results {
+		seen[r.Workload+"/"+r.Transport]++
+		require.Empty(t, r.Error, "%s on %s", r.Workload, r.Transport)
+		assert.Positive(t, r.Ops, "%s on %s", r.Workload, r.Transport)
+		for k, v := range r.Metrics {
+			assert.False(t, math.IsNaN(v) || math.IsInf(v, 0) || v < 0, "%s on %s: %s = %v", r.Workload, r.Transport, k, v)
+		}
+		keys := []string{"ops_per_s", "mb_per_s", "cpu_us_per_op", "client_cpu_us_per_op", "server_cpu_us_per_op"}
+		if strings.HasPrefix(r.Workload, "grpc-unary") {
+			keys = append(keys, "p50_us", "p99_us")
+		}
+		if r.Workload == "http-default-transport-8" {
+			keys = []string{"ops_per_s", "conns"}
+		}
+		for _, k := range keys {
+			assert.Positive(t, r.Metrics[k], "%s on %s: %s", r.Workload, r.Transport, k)
+		}
+
+		// Every connection the client opened, as both sides saw it.
+		want := map[string]int{"SMCD": r.Conns}
+		if r.Transport != "smcloop" {
+			want = map[string]int{"not smcloop (" + r.Transport + ")": r.Conns}
+		}
+		assert.Equal(t, want, r.ClientModes, "%s on %s", r.Workload, r.Transport)
+		assert.Equal(t, want, r.ServerModes, "%s on %s", r.Workload, r.Transport)
+		// A client keeps its connections, but a transparent retry on a new one is no
+		// failure of the benchmark: the table lists it, and so does this log.
+		keep := 1
+		switch r.Workload {
+		case "http-get-1KiB-8conns":
+			keep = 8
+		case "http-default-transport-8":
+			keep = 2
+		}
+		assert.GreaterOrEqual(t, r.Conns, keep, "%s on %s", r.Workload, r.Transport)
+		for _, d := range r.Redials {
+			t.Logf("round %d, %s on %s: %s", r.Round, r.Workload, r.Transport, d)
+		}
+	}
+	for _, w := range append(benchWorkloads, "http-default-transport-8") {
+		for _, tr := range transports {
+			assert.Equal(t, 2, seen[w+"/"+tr], "%s on %s", w, tr)
+		}
+	}
+	assert.Len(t, rep.Summary, 6*3)
+	for _, s := range rep.Summary {
+		assert.Positive(t, s.Median["ops_per_s"], "%s on %s", s.Workload, s.Transport)
+		assert.Positive(t, s.VsTCP["ops_per_s"], "%s on %s", s.Workload, s.Transport)
+		if s.Transport == "tcp" {
+			assert.InDelta(t, 1, s.VsTCP["ops_per_s"], 1e-9, "tcp against itself")
+		}
+	}
+
+	// The table: every section, a parsable row per transport, and no errors.
+	sections := []string{"GRPC UNARY 16 B", "GRPC UNARY 4 KiB", "GRPC STREAM 64 KiB", "NET/HTTP GET 1 MiB, 1 CONNECTION", "NET/HTTP GET 1 KiB, 8 CONNECTIONS", "NET/HTTP CONNECTIONS", "SMCLOOP COUNTERS"}
+	rest := out
+	for _, s := range sections {
+		i := strings.Index(rest, "\n"+s+"  ")
+		require.GreaterOrEqual(t, i, 0, "section %q missing or out of order in\n%s", s, out)
+		rest = rest[i+1:]
+	}
+	tables, probe, _ := strings.Cut(out, "\nNET/HTTP CONNECTIONS")
+	row := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+([\d,.]+)\s+([\d,.]+)\s+([\d.]+)x\s`)
+	rows := row.FindAllStringSubmatch(tables, -1)
+	assert.Len(t, rows, 5*3, "the workloads' rows:\n%s", out)
+	for _, m := range rows {
+		for _, f := range m[2:5] {
+			_, err := strconv.ParseFloat(strings.ReplaceAll(f, ",", ""), 64)
+			assert.NoError(t, err, "row %q", m[0])
+		}
+	}
+	probeRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+\d+,\d+\s+[\d.]+\s+[\d.]+x\s+[\d,.]+\s+[\d,.]+\s+[\d,.]+\s+(SMCD|plain)×\d+\s*$`)
+	assert.Len(t, probeRow.FindAllString(probe, -1), 3, "the connection counts' rows:\n%s", probe)
+	assert.Regexp(t, `(?m)^\s+smcloop\s.*SMCD×2\s*$`, out, "the server saw SMCD")
+	assert.NotRegexp(t, `(?m)^\s+(smcloop|tcp|unix)\s+failed`, out)
+	assert.Contains(t, out, "\nerrors: none\n")
+}

@@ -1,0 +1,312 @@
+package smcloop
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/ism"
+)
+
+// Elastic send windows (docs/TUNING.md, "Buffers").
+//
+// By default every receive buffer is an elastic 1 MiB DMB: its owner allocates only the
+// first 64 KiB and sets cdc.WakeElastic, and the writer — the side that knows the traffic
+// — manages the rest through its mapping. The writer keeps a window: how many bytes it
+// lets be in flight (written, not yet consumed). A connection starts with the ring of the
+// kernel's default 64 KiB DMB. A write that finds the window full while the ring has room
+// doubles it, up to the whole ring, so a connection that moves bulk data gets a bulk-sized
+// buffer within its first few writes; one that moves small messages never fills it.
+//
+// Memory follows the window, in units of ism.ElasticChunk: before the writer copies into
+// a unit it commits it (allocates its pages, or fails cleanly under a memory limit), and
+// it gives units back that hold no unconsumed byte: while the window is small, the units
+// behind the reader as the ring slides on (so a small connection holds two or three units
+// however long it runs), and for every window when the connection goes idle (the sweeper
+// below): the window drops back to small and everything but the units around the cursors
+// goes. A unit is given back only when it lies wholly outside [consumer, prepared): the
+// reader reads only below the producer cursor, the writer writes only past the prepared
+// cursor, and our view of the consumer cursor is never ahead of the peer's.
+//
+// The peer learns nothing of this: cursors and their checks are the kernel's, over the
+// ring size sent in CLC. A window is the writer's own restraint, so no peer can lie
+// about it.
+const (
+	// windowSmall is a new connection's window: the ring of a 64 KiB DMB.
+	windowSmall = ism.ElasticChunk - cdc.AreaSize
+	// smallUnits is how many units a small window keeps committed before it gives back
+	// the ones behind the reader: the CDC area's, and the two a 64 KiB window can span.
+	smallUnits = 3
+	slideEpoch = 100 * time.Millisecond
+	// idleSweep is how often the sweeper looks; a connection that wrote nothing for
+	// idleTicks looks in a row goes back to small.
+	idleSweep = 500 * time.Millisecond
+	idleTicks = 2
+)
+
+// slideLimit: a small window that gives back units more often than this per slideEpoch
+// moves too fast to pay for it (a commit and a decommit per 64 KiB): it doubles instead,
+// and keeps its units until it goes idle. A variable for tests.
+var slideLimit = 4
+
+// txWindow is a connection's elastic send window; writeMu owns it.
+type txWindow struct {
+	elastic    bool
+	win        int    // bytes allowed in flight
+	committed  uint64 // bit k: commit unit k of the peer's DMB is committed
+	slideAt    time.Time
+	slides     int
+	sweptBytes uint64 // txBytes at the sweeper's last look
+	idle       int    // sweeper looks in a row with nothing written
+
+	grows, shrinks, commits, decommits, commitFailures atomic.Uint64
+	winNow, committedNow                               atomic.Int64 // for Stats, without writeMu
+}
+
+// initWindow sets up the send window once the link is up.
+func (c *Conn) initWindow() {
+	w := &c.txw
+	w.committed = 1 // the owner committed unit 0, which holds the CDC area
+	w.win = c.txSize
+	if c.link.TxElastic() && c.link.TxChunks() <= 64 {
+		w.elastic = true
+		w.win = min(windowSmall, c.txSize)
+		elasticConns.add(c)
+	}
+	w.publish(c)
+}
+
+func (w *txWindow) publish(c *Conn) {
+	w.winNow.Store(int64(w.win))
+	if w.elastic {
+		w.committedNow.Store(int64(bits.OnesCount64(w.committed)) * ism.ElasticChunk)
+	} else {
+		w.committedNow.Store(int64(c.txSize + cdc.AreaSize))
+	}
+}
+
+// windowFree is the space the window allows to write now, given the free space of the
+// ring. writeMu is held.
+func (c *Conn) windowFree(ringFree int) int {
+	w := &c.txw
+	if !w.elastic {
+		return ringFree
+	}
+	inflight := c.txSize - ringFree
+	return max(0, min(ringFree, w.win-inflight))
+}
+
+// growLocked doubles the window (the writer filled it while the ring had room).
+func (c *Conn) growLocked() {
+	w := &c.txw
+	w.win = min(2*w.win, c.txSize)
+	w.grows.Add(1)
+	w.publish(c)
+}
+
+// unitSpan is the ring span [lo, hi) of commit unit k.
+func (c *Conn) unitSpan(k int) (lo, hi int) {
+	return max(0, k*ism.ElasticChunk-cdc.AreaSize), min(c.txSize, (k+1)*ism.ElasticChunk-cdc.AreaSize)
+}
+
+// unitsOf returns the commit units that the ring span of n bytes from ring offset off
+// (wrapping) overlaps.
+func (c *Conn) unitsOf(off, n int) uint64 {
+	if n <= 0 {
+		return 0
+	}
+	if n >= c.txSize {
+		return 1<<c.link.TxChunks() - 1
+	}
+	var m uint64
+	for n > 0 {
+		piece := min(n, c.txSize-off)
+		lo, hi := c.link.TxChunk(off), c.link.TxChunk(off+piece-1)
+		m |= (1<<(hi-lo+1) - 1) << lo
+		n -= piece
+		off = 0
+	}
+	return m
+}
+
+// commitLocked commits the units that the next n bytes at the prepared cursor go to and
+// returns how many of them may be written: n, or the prefix that lies in committed
+// units if a commit failed (an error if not even one byte). writeMu is held.
+func (c *Conn) commitLocked(n int) (int, error) {
+	w := &c.txw
+	if !w.elastic || n <= 0 {
+		return n, nil
+	}
+	off := int(c.txPrep.Count)
+	need := c.unitsOf(off, n)
+	missing := need &^ w.committed
+	if missing == 0 {
+		return n, nil
+	}
+	if w.win <= windowSmall && bits.OnesCount64(w.committed|missing) > smallUnits {
+		c.slideLocked(need)
+	}
+	done, pos := 0, off
+	for done < n {
+		k := c.link.TxChunk(pos)
+		_, hi := c.unitSpan(k)
+		piece := min(n-done, hi-pos)
+		if w.committed&(1<<k) == 0 {
+			if err := c.link.CommitTx(k); err != nil {
+				w.commitFailures.Add(1)
+				w.publish(c)
+				if done == 0 {
+					return 0, err
+				}
+				return done, nil
+			}
+			w.committed |= 1 << k
+			w.commits.Add(1)
+		}
+		done += piece
+		if pos += piece; pos == c.txSize {
+			pos = 0
+		}
+	}
+	w.publish(c)
+	return n, nil
+}
+
+// liveUnits are the units that may hold a byte the reader has not consumed or the
+// writer has prepared: [consumer, prepared), plus unit 0. writeMu is held.
+func (c *Conn) liveUnits() uint64 {
+	return 1 | c.unitsOf(int(c.txCons.Count), cdc.Diff(c.txSize, c.txCons, c.txPrep))
+}
+
+// slideLocked gives back the units of a small window that hold nothing live and that
+// the next write (need) does not go to. Too many slides in an epoch double the window
+// instead of paying a commit and a decommit per unit. writeMu is held.
+func (c *Conn) slideLocked(need uint64) {
+	w := &c.txw
+	if now := time.Now(); now.Sub(w.slideAt) > slideEpoch {
+		w.slideAt, w.slides = now, 0
+	}
+	if w.slides >= slideLimit {
+		c.growLocked()
+		return
+	}
+	w.slides++
+	c.decommitLocked(c.liveUnits() | need)
+}
+
+// decommitLocked gives back every committed unit outside keep (never unit 0).
+func (c *Conn) decommitLocked(keep uint64) {
+	w := &c.txw
+	drop := w.committed &^ keep &^ 1
+	for drop != 0 {
+		k := bits.TrailingZeros64(drop)
+		drop &^= 1 << k
+		if c.link.DecommitTx(k) == nil {
+			w.committed &^= 1 << k
+			w.decommits.Add(1)
+		}
+	}
+	w.publish(c)
+}
+
+// sweepIdle shrinks the window of a connection that wrote nothing since the sweeper's
+// last idleTicks looks (force: now) and gives back every unit that holds nothing live
+// and is not the one the next write goes to. It never waits: a connection whose writer
+// holds writeMu (a Write in progress, or blocked on a full ring) is not idle. It reports
+// whether it shrank.
+func (c *Conn) sweepIdle(force bool) bool {
+	if !c.writeMu.TryLock() {
+		return false
+	}
+	defer c.writeMu.Unlock()
+	w := &c.txw
+	if !w.elastic {
+		return false
+	}
+	if b := c.txBytes.Load(); !force {
+		if b != w.sweptBytes {
+			w.sweptBytes, w.idle = b, 0
+			return false
+		}
+		if w.idle++; w.idle < idleTicks {
+			return false
+		}
+	}
+	small := min(windowSmall, c.txSize)
+	if w.win == small && bits.OnesCount64(w.committed) <= 2 {
+		return false
+	}
+	if c.stopErr() != nil {
+		return false
+	}
+	if _, _, err := c.refreshTx(); err != nil {
+		return false // the next Write reports it
+	}
+	w.win = small
+	c.decommitLocked(c.liveUnits() | 1<<c.link.TxChunk(int(c.txPrep.Count)))
+	w.shrinks.Add(1)
+	return true
+}
+
+// elasticConns are the connections with an elastic send window; while there are any,
+// one goroutine sweeps them every idleSweep.
+var elasticConns elasticSet
+
+type elasticSet struct {
+	mu      sync.Mutex
+	conns   map[*Conn]struct{}
+	running bool
+	paused  int // tests that sweep by hand pause the sweeper
+}
+
+func (s *elasticSet) add(c *Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		s.conns = map[*Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	if !s.running {
+		s.running = true
+		go s.sweep()
+	}
+}
+
+func (s *elasticSet) remove(c *Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *elasticSet) snapshot() []*Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.conns) == 0 {
+		s.running = false
+		return nil
+	}
+	if s.paused > 0 {
+		return []*Conn{}
+	}
+	list := make([]*Conn, 0, len(s.conns))
+	for c := range s.conns {
+		list = append(list, c)
+	}
+	return list
+}
+
+func (s *elasticSet) sweep() {
+	t := time.NewTicker(idleSweep)
+	defer t.Stop()
+	for range t.C {
+		list := s.snapshot()
+		if list == nil {
+			return
+		}
+		for _, c := range list {
+			c.sweepIdle(false)
+		}
+	}
+}

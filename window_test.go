@@ -1,0 +1,268 @@
+package smcloop
+
+import (
+	"crypto/sha256"
+	"errors"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/ism"
+)
+
+const unit = ism.ElasticChunk
+
+// pauseSweeper stops the process's sweeper from looking at connections until the test
+// ends, for tests that sweep by hand.
+func pauseSweeper(t *testing.T) {
+	elasticConns.mu.Lock()
+	elasticConns.paused++
+	elasticConns.mu.Unlock()
+	t.Cleanup(func() {
+		elasticConns.mu.Lock()
+		elasticConns.paused--
+		elasticConns.mu.Unlock()
+	})
+}
+
+// streamExact writes n bytes of a pattern from w in writes of size bytes while r reads
+// them, and checks that r read exactly those bytes.
+func streamExact(t *testing.T, w, r *Conn, n, size int, seed byte) {
+	t.Helper()
+	want := pattern(n, seed)
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, n)
+		r.SetReadDeadline(time.Now().Add(watchdog))
+		_, err := io.ReadFull(r, b)
+		r.SetReadDeadline(time.Time{})
+		if err != nil {
+			b = nil
+		}
+		got <- b
+	}()
+	for off := 0; off < n; off += size {
+		_, err := w.Write(want[off:min(off+size, n)])
+		require.NoError(t, err)
+	}
+	b := <-got
+	require.NotNil(t, b, "reading the stream")
+	require.Equal(t, sha256.Sum256(want), sha256.Sum256(b), "first difference at %d", firstDifference(want, b))
+}
+
+func TestElasticDefaultBuffers(t *testing.T) {
+	a, b := pipe(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	for _, c := range []*Conn{a, b} {
+		st := c.Stats()
+		assert.Equal(t, ism.MaxDMBSize, st.RMBSize, "an elastic DMB is the largest size")
+		assert.True(t, st.PeerRMBElastic)
+		assert.Equal(t, windowSmall, st.SendWindow, "a new connection's window is a 64 KiB DMB's ring")
+		assert.Equal(t, unit, st.PeerRMBCommitted, "only the owner's first unit is committed")
+	}
+
+	// 100 small messages each way: nothing more is committed.
+	for i := range 100 {
+		msg := pattern(100, byte(i))
+		_, err := a.Write(msg)
+		require.NoError(t, err)
+		require.Equal(t, msg, readN(t, b, len(msg)))
+		_, err = b.Write(msg)
+		require.NoError(t, err)
+		require.Equal(t, msg, readN(t, a, len(msg)))
+	}
+	for _, c := range []*Conn{a, b} {
+		st := c.Stats()
+		assert.Equal(t, unit, st.PeerRMBCommitted)
+		assert.Zero(t, st.WindowGrows)
+		assert.Zero(t, st.UnitCommits)
+	}
+
+	// A fixed RMem is the kernel's: all of it committed, the window the whole ring.
+	f, g := pipe(t, Config{}, Config{RMem: 256 << 10})
+	defer f.Close()
+	defer g.Close()
+	st := f.Stats()
+	assert.False(t, st.PeerRMBElastic)
+	assert.Equal(t, 256<<10, st.PeerRMBSize)
+	assert.Equal(t, 256<<10-cdc.AreaSize, st.SendWindow)
+	assert.Equal(t, 256<<10, st.PeerRMBCommitted)
+	streamExact(t, f, g, 3<<20, 100_000, 1)
+	assert.Zero(t, f.Stats().UnitCommits)
+}
+
+// TestElasticGrowsWithBulkAndShrinksWhenIdle: a bulk stream takes the whole ring within
+// its first writes; idle, the connection gives back all but the units around its
+// cursors, also while the peer's reader is blocked, and grows again with the next
+// stream; every byte exact throughout.
+func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
+	pauseSweeper(t)
+	a, b := pipe(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	streamExact(t, a, b, 8<<20, 1<<20, 2)
+	st := a.Stats()
+	assert.Equal(t, a.txSize, st.SendWindow, "a bulk stream's window is the whole ring")
+	assert.Equal(t, ism.MaxDMBSize, st.PeerRMBCommitted, "and all of its memory")
+	assert.EqualValues(t, 5, st.WindowGrows, "64 KiB doubles five times to 1 MiB (less the CDC area)")
+
+	// Idle: the sweeper looks idleTicks times before it shrinks. The peer's reader is
+	// blocked on its empty ring meanwhile.
+	rd := goRead(b)
+	waitAsleep(t, b)
+	require.False(t, a.sweepIdle(false), "the first look only notes the byte count")
+	for i := 1; i < idleTicks; i++ {
+		require.False(t, a.sweepIdle(false), "look %d", i+1)
+	}
+	require.True(t, a.sweepIdle(false), "idle for %d looks", idleTicks)
+	st = a.Stats()
+	assert.Equal(t, windowSmall, st.SendWindow)
+	// Kept: unit 0 and the unit the next write goes to (the ring is empty).
+	next := a.link.TxChunk(int(a.txPrep.Count))
+	wantUnits := 1
+	if next != 0 {
+		wantUnits = 2
+	}
+	assert.Equal(t, wantUnits*unit, st.PeerRMBCommitted)
+	assert.EqualValues(t, 1, st.WindowShrinks)
+	assert.False(t, a.sweepIdle(true), "nothing left to give back")
+
+	// The blocked reader gets the next byte, then the next stream grows the window again.
+	_, err := a.Write([]byte{0x5a})
+	require.NoError(t, err)
+	require.NoError(t, <-rd)
+	streamExact(t, a, b, 4<<20, 256<<10, 3)
+	assert.Equal(t, a.txSize, a.Stats().SendWindow)
+	assert.EqualValues(t, 10, a.Stats().WindowGrows)
+}
+
+// TestElasticSmallWindowSlides: a connection whose messages never fill its small window
+// holds at most smallUnits units however far its cursors travel: it gives back the units
+// behind the reader.
+func TestElasticSmallWindowSlides(t *testing.T) {
+	pauseSweeper(t)
+	old := slideLimit
+	slideLimit = 1 << 30 // the rate rule would double a window that slides this fast
+	t.Cleanup(func() { slideLimit = old })
+	a, b := pipe(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	const size = 3000
+	sum := sha256.New()
+	got := sha256.New()
+	buf := make([]byte, size)
+	for i := range 3 * (ism.MaxDMBSize / size) { // three laps of the ring
+		msg := pattern(size, byte(i))
+		sum.Write(msg)
+		_, err := a.Write(msg)
+		require.NoError(t, err)
+		_, err = io.ReadFull(b, buf)
+		require.NoError(t, err)
+		got.Write(buf)
+		require.LessOrEqual(t, a.Stats().PeerRMBCommitted, smallUnits*unit, "message %d", i)
+	}
+	require.Equal(t, sum.Sum(nil), got.Sum(nil))
+	st := a.Stats()
+	assert.Equal(t, windowSmall, st.SendWindow)
+	assert.Zero(t, st.WindowGrows)
+	assert.Greater(t, st.UnitDecommits, uint64(40), "three laps of 16 units slide at least 45 times")
+	assert.Equal(t, st.UnitCommits, st.UnitDecommits+uint64(st.PeerRMBCommitted/unit-1))
+}
+
+// TestElasticSlideRateGrows: a small window that slides faster than slideLimit per
+// slideEpoch stops paying for it and doubles.
+func TestElasticSlideRateGrows(t *testing.T) {
+	old := slideLimit
+	slideLimit = 2
+	t.Cleanup(func() { slideLimit = old })
+	a, b := pipe(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	buf := make([]byte, 8000)
+	for i := range 200 {
+		msg := pattern(len(buf), byte(i))
+		_, err := a.Write(msg)
+		require.NoError(t, err)
+		_, err = io.ReadFull(b, buf)
+		require.NoError(t, err)
+		require.Equal(t, msg, buf)
+		if a.Stats().WindowGrows > 0 {
+			break
+		}
+	}
+	assert.EqualValues(t, 1, a.Stats().WindowGrows, "the window left small after a fast slide")
+	assert.Equal(t, 2*windowSmall, a.Stats().SendWindow)
+}
+
+// TestElasticSweepDuringBlockedWriteAndDeadline: a Write blocked on a full ring holds the
+// writer: the sweeper leaves the connection alone, the write deadline expires, the
+// reader then gets exactly what was written, and the idle connection shrinks.
+func TestElasticSweepDuringBlockedWriteAndDeadline(t *testing.T) {
+	pauseSweeper(t)
+	a, b := pipe(t, Config{BusyPoll: -1}, Config{})
+	defer a.Close()
+	defer b.Close()
+	data := pattern(3<<20, 4)
+	require.NoError(t, a.SetWriteDeadline(time.Now().Add(300*time.Millisecond)))
+	type res struct {
+		n   int
+		err error
+	}
+	done := make(chan res, 1)
+	wrote := make(chan struct{})
+	go func() {
+		n, err := a.Write(data)
+		close(wrote)
+		done <- res{n, err}
+	}()
+	waitAsleep(t, a)
+	// Sweep while the Write is blocked. A sweep that returned false and after which the
+	// Write was still out overlapped it; a sweep may shrink only once the Write returned
+	// (it takes writeMu, which the Write holds until it returns).
+	overlapped := 0
+	for {
+		shrank := a.sweepIdle(true)
+		select {
+		case <-wrote:
+		default:
+			require.False(t, shrank, "the sweeper shrank a connection whose Write is blocked")
+			overlapped++
+			continue
+		}
+		break
+	}
+	require.Positive(t, overlapped)
+	r := <-done
+	require.True(t, errors.Is(r.err, os.ErrDeadlineExceeded), "%v", r.err)
+	require.Equal(t, a.txSize, r.n, "the Write filled the ring, then its deadline expired")
+	require.NoError(t, a.SetWriteDeadline(time.Time{}))
+	require.Equal(t, data[:r.n], readN(t, b, r.n))
+
+	require.True(t, a.sweepIdle(true))
+	assert.Equal(t, windowSmall, a.Stats().SendWindow)
+	assert.LessOrEqual(t, a.Stats().PeerRMBCommitted, 2*unit)
+	streamExact(t, a, b, 2<<20, 64<<10, 5)
+}
+
+// TestElasticSweeperRunsAndStops: the process's sweeper shrinks an idle connection on its
+// own and ends when no elastic connection is left.
+func TestElasticSweeperRunsAndStops(t *testing.T) {
+	a, b := pipe(t, Config{}, Config{})
+	streamExact(t, a, b, 4<<20, 1<<20, 6)
+	require.Equal(t, ism.MaxDMBSize, a.Stats().PeerRMBCommitted)
+	waitFor(t, func() bool { return a.Stats().WindowShrinks > 0 })
+	assert.LessOrEqual(t, a.Stats().PeerRMBCommitted, 2*unit)
+	a.Close()
+	b.Close()
+	elasticConns.mu.Lock()
+	_, ina := elasticConns.conns[a]
+	_, inb := elasticConns.conns[b]
+	elasticConns.mu.Unlock()
+	assert.False(t, ina || inb, "closed connections leave the sweeper's set")
+}

@@ -1,0 +1,476 @@
+package smcloop
+
+import (
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/smcloop/smcloop/cdc"
+)
+
+// Zero-copy I/O beside net.Conn. A writer reserves space in the peer's receive ring and
+// fills it in place (Reserve, Reservation.Commit); a reader leases the unread bytes in
+// its own ring in place and releases them when done (Lease, Lease.Release). Neither
+// copies: a message goes from the writer's hands into the reader's through the shared
+// DMB alone. On a connection that fell back to TCP the same calls work over a private
+// buffer (one copy each way, as Write and Read).
+//
+// Ownership: each side of a connection has at most one lease (reader) and one
+// reservation (writer) at a time; while one is out, the other calls of that side (Read,
+// WriteTo, another Lease; Write, ReadFrom, another Reserve) fail with ErrZeroCopyBusy. A
+// lease's or reservation's bytes are valid until it ends (Release, Commit, Cancel); after
+// that its methods report ErrZeroCopyDone and Bytes is nil. A Close while one is out
+// closes the connection but keeps both buffers mapped until it ends, so the slice never
+// points at unmapped memory; ending it then reports net.ErrClosed.
+
+// Errors of the zero-copy calls, beneath their *net.OpError.
+var (
+	// ErrZeroCopyBusy: a lease (reader side) or reservation (writer side) is out.
+	ErrZeroCopyBusy = errors.New("smcloop: a lease or reservation is still out on this side of the connection")
+	// ErrZeroCopyDone: the lease or reservation was already released, committed or
+	// cancelled.
+	ErrZeroCopyDone = errors.New("smcloop: lease or reservation already ended")
+	// ErrZeroCopyRange: Release or Commit of more bytes than the lease or reservation
+	// holds, or of a negative count. The lease or reservation stays out.
+	ErrZeroCopyRange = errors.New("smcloop: release or commit beyond the leased or reserved bytes")
+)
+
+// zeroCopy is a connection's outstanding lease and reservation, and a Close that waits
+// for them to end before it releases the buffers.
+type zeroCopy struct {
+	mu        sync.Mutex
+	lease     *Lease
+	resv      *Reservation
+	closeOwed bool // Close ran while one was out: the link's Close is owed
+	closeDone bool // the owed link Close's peerDone
+	fbRx      []byte
+	fbRxOff   int // fallback: first unreleased byte of fbRx
+	fbRxEnd   int
+	fbTx      []byte
+}
+
+// deferClose is Close's last step: it reports true if the link may be closed now, or
+// records that the end of the last lease or reservation owes it.
+func (c *Conn) deferClose(peerDone bool) bool {
+	z := &c.zc
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.lease == nil && z.resv == nil {
+		return true
+	}
+	z.closeOwed, z.closeDone = true, peerDone
+	return false
+}
+
+// endZeroCopy ends l or r (one of them nil) and performs the link's Close if one is owed.
+// It reports false if it was no longer out.
+func (c *Conn) endZeroCopy(l *Lease, r *Reservation) bool {
+	z := &c.zc
+	z.mu.Lock()
+	switch {
+	case l != nil && z.lease == l:
+		z.lease = nil
+	case r != nil && z.resv == r:
+		z.resv = nil
+	default:
+		z.mu.Unlock()
+		return false
+	}
+	owed := z.closeOwed && z.lease == nil && z.resv == nil
+	if owed {
+		z.closeOwed = false
+	}
+	peerDone := z.closeDone
+	z.mu.Unlock()
+	if owed {
+		elasticConns.remove(c)
+		c.link.Close(peerDone)
+	}
+	return true
+}
+
+// Lease is a reader's hold on unread bytes in place, in the connection's receive ring.
+type Lease struct {
+	c   *Conn
+	buf []byte // the first span
+	n   int    // bytes held: the first span and every span More added
+}
+
+// Len is how many bytes the lease holds: those of Bytes and of every span More returned.
+func (l *Lease) Len() int {
+	if l.Bytes() == nil {
+		return 0
+	}
+	return l.n
+}
+
+// Bytes are the leased bytes: valid until Release, nil after it. They are shared memory
+// that the peer wrote: a program that parses them validates what it reads.
+func (l *Lease) Bytes() []byte {
+	if l == nil {
+		return nil
+	}
+	l.c.zc.mu.Lock()
+	defer l.c.zc.mu.Unlock()
+	if l.c.zc.lease != l {
+		return nil
+	}
+	return l.buf
+}
+
+// Lease waits until the connection has unread bytes (or its read deadline passes, or it
+// ends: io.EOF) and leases them in place: as many as lie contiguously in the ring from
+// the read position (the rest follows with the next Lease). Release ends the lease and
+// consumes the bytes it names; until then the peer cannot overwrite them.
+func (c *Conn) Lease() (*Lease, error) {
+	c, err := c.resolve("lease")
+	if err != nil {
+		return nil, err
+	}
+	if !c.smc {
+		return c.leaseFallback()
+	}
+	c.rxCalls.Add(1)
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if c.zc.leaseOut() {
+		return nil, c.opError("lease", ErrZeroCopyBusy)
+	}
+	var span []byte
+	for span == nil {
+		if _, err := c.receive(0, func(ring []byte) int { span = ring; return 0 }); err != nil {
+			return nil, err
+		}
+	}
+	l := &Lease{c: c, buf: span, n: len(span)}
+	c.zc.mu.Lock()
+	c.zc.lease = l
+	c.zc.mu.Unlock()
+	return l, nil
+}
+
+// More waits for unread bytes after those the lease holds (or the read deadline, or the
+// connection's end: io.EOF) and adds them to the lease: it returns them, as many as lie
+// contiguously after the held ones. They are valid, like the rest, until Release, which
+// consumes from the first held byte on. For messages larger than one span.
+func (l *Lease) More() ([]byte, error) {
+	if l == nil {
+		return nil, nilConnError("lease")
+	}
+	c := l.c
+	if !c.smc {
+		return c.moreFallback(l)
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.zc.mu.Lock()
+	current := c.zc.lease == l
+	c.zc.mu.Unlock()
+	switch {
+	case !current:
+		return nil, c.opError("lease", ErrZeroCopyDone)
+	case l.n >= c.rxSize:
+		return nil, c.opError("lease", ErrZeroCopyRange) // it holds the whole ring
+	}
+	var span []byte
+	for span == nil {
+		if _, err := c.receive(l.n, func(ring []byte) int { span = ring; return 0 }); err != nil {
+			return nil, err
+		}
+	}
+	l.n += len(span)
+	return span, nil
+}
+
+func (z *zeroCopy) leaseOut() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.lease != nil
+}
+
+func (z *zeroCopy) resvOut() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.resv != nil
+}
+
+// Release ends the lease and consumes its first n bytes (0 ≤ n ≤ len(Bytes())); the
+// rest stays unread for the next Read or Lease. It returns ErrZeroCopyDone if the
+// lease already ended, ErrZeroCopyRange for a bad n (the lease stays out), and
+// net.ErrClosed if the connection was closed meanwhile (the lease ends all the same).
+func (l *Lease) Release(n int) error {
+	if l == nil {
+		return nilConnError("release")
+	}
+	c := l.c
+	if !c.smc {
+		return c.releaseFallback(l, n)
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.zc.mu.Lock()
+	current := c.zc.lease == l
+	c.zc.mu.Unlock()
+	switch {
+	case !current:
+		return c.opError("release", ErrZeroCopyDone)
+	case n < 0 || n > l.n:
+		return c.opError("release", ErrZeroCopyRange)
+	}
+	closed := c.closed.Load()
+	if !closed && n > 0 {
+		c.rxCons = c.rxCons.Add(c.rxSize, n)
+		c.rxBytes.Add(uint64(n))
+		_, pf, _ := cdc.UnpackWord(c.link.LoadPeerCons())
+		c.confirm(pf, cdc.Diff(c.rxSize, c.rxCons, c.rxProd) == 0)
+	}
+	l.buf = nil
+	c.endZeroCopy(l, nil)
+	if closed {
+		return c.opError("release", net.ErrClosed)
+	}
+	return nil
+}
+
+// Reservation is a writer's hold on free space in the peer's receive ring, to fill in
+// place and then publish (Commit).
+type Reservation struct {
+	c   *Conn
+	buf []byte
+}
+
+// Bytes is the reserved space: valid until Commit or Cancel, nil after. Its contents
+// are what the last connection through this buffer left: fill what you commit.
+func (r *Reservation) Bytes() []byte {
+	if r == nil {
+		return nil
+	}
+	r.c.zc.mu.Lock()
+	defer r.c.zc.mu.Unlock()
+	if r.c.zc.resv != r {
+		return nil
+	}
+	return r.buf
+}
+
+// Reserve waits until the peer's ring has room (or the write deadline passes, or the
+// connection ends) and reserves up to n bytes of it in place: as many as lie
+// contiguously from the write position, at least one. Commit publishes what was filled.
+func (c *Conn) Reserve(n int) (*Reservation, error) {
+	c, err := c.resolve("reserve")
+	if err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, c.opError("reserve", ErrZeroCopyRange)
+	}
+	if !c.smc {
+		return c.reserveFallback(n)
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if c.zc.resvOut() {
+		return nil, c.opError("reserve", ErrZeroCopyBusy)
+	}
+	if err := c.sendable(); err != nil {
+		return nil, err
+	}
+	free, err := c.waitSpace()
+	if err != nil {
+		return nil, err
+	}
+	off := int(c.txPrep.Count)
+	k, err := c.commitLocked(min(n, free, c.txSize-off))
+	if err != nil {
+		return nil, c.opError("reserve", err)
+	}
+	r := &Reservation{c: c, buf: c.link.TxBuf()[off : off+k : off+k]}
+	c.zc.mu.Lock()
+	c.zc.resv = r
+	c.zc.mu.Unlock()
+	return r, nil
+}
+
+// Commit ends the reservation and publishes its first n bytes (0 ≤ n ≤ len(Bytes())) as
+// a Write of them would: at once unless corked. It returns ErrZeroCopyDone if the
+// reservation already ended, ErrZeroCopyRange for a bad n (it stays out), and the
+// connection's error if it can no longer send (the reservation ends all the same).
+func (r *Reservation) Commit(n int) error {
+	if r == nil {
+		return nilConnError("commit")
+	}
+	c := r.c
+	if !c.smc {
+		return c.commitFallback(r, n)
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.zc.mu.Lock()
+	current := c.zc.resv == r
+	c.zc.mu.Unlock()
+	switch {
+	case !current:
+		return c.opError("commit", ErrZeroCopyDone)
+	case n < 0 || n > len(r.buf):
+		return c.opError("commit", ErrZeroCopyRange)
+	}
+	err := c.sendable()
+	if err == nil && n > 0 {
+		c.txCalls.Add(1)
+		c.prepared(n)
+		c.moreHeld = false
+		c.flushLocked(true, n, false)
+	}
+	r.buf = nil
+	c.endZeroCopy(nil, r)
+	return err
+}
+
+// Cancel ends the reservation without publishing anything.
+func (r *Reservation) Cancel() error { return r.Commit(0) }
+
+// The fallback: the same calls over private buffers and the TCP connection.
+
+// fallbackLease is the private buffer a fallback lease reads into, growing up to
+// fallbackLeaseMax while More adds to a lease (as an SMC lease can hold a whole ring).
+const (
+	fallbackLease    = 64 << 10
+	fallbackLeaseMax = 1 << 20
+)
+
+func (c *Conn) leaseFallback() (*Lease, error) {
+	z := &c.zc
+	if z.leaseOut() {
+		return nil, c.opError("lease", ErrZeroCopyBusy)
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if z.fbRxOff == z.fbRxEnd {
+		if z.fbRx == nil {
+			z.fbRx = make([]byte, fallbackLease)
+		}
+		n, err := c.tcp.Read(z.fbRx)
+		if n == 0 {
+			return nil, err
+		}
+		z.fbRxOff, z.fbRxEnd = 0, n
+	}
+	l := &Lease{c: c, buf: z.fbRx[z.fbRxOff:z.fbRxEnd:z.fbRxEnd], n: z.fbRxEnd - z.fbRxOff}
+	z.mu.Lock()
+	z.lease = l
+	z.mu.Unlock()
+	return l, nil
+}
+
+// readFallback is Read on a fallback connection: bytes a lease left unreleased come
+// first.
+func (c *Conn) readFallback(b []byte) (int, error) {
+	z := &c.zc
+	if z.leaseOut() {
+		return 0, c.opError("read", ErrZeroCopyBusy)
+	}
+	c.readMu.Lock()
+	if z.fbRxOff < z.fbRxEnd {
+		n := copy(b, z.fbRx[z.fbRxOff:z.fbRxEnd])
+		z.fbRxOff += n
+		c.readMu.Unlock()
+		return n, nil
+	}
+	c.readMu.Unlock()
+	return c.tcp.Read(b)
+}
+
+// moreFallback reads more into the fallback buffer after the held bytes (moving them to
+// its front, and growing it if they fill it).
+func (c *Conn) moreFallback(l *Lease) ([]byte, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	z := &c.zc
+	z.mu.Lock()
+	current := z.lease == l
+	z.mu.Unlock()
+	if !current {
+		return nil, c.opError("lease", ErrZeroCopyDone)
+	}
+	held := z.fbRxEnd - z.fbRxOff
+	if held >= fallbackLeaseMax {
+		return nil, c.opError("lease", ErrZeroCopyRange) // as an SMC lease of the whole ring
+	}
+	if z.fbRxEnd == len(z.fbRx) {
+		// No room after the held bytes: they move to a buffer twice the size. The old one
+		// stays as it is, so every span handed out keeps its bytes until Release.
+		nb := make([]byte, min(2*len(z.fbRx), fallbackLeaseMax))
+		copy(nb, z.fbRx[z.fbRxOff:z.fbRxEnd])
+		z.fbRx, z.fbRxOff, z.fbRxEnd = nb, 0, held
+	}
+	n, err := c.tcp.Read(z.fbRx[z.fbRxEnd:])
+	if n == 0 {
+		return nil, err
+	}
+	span := z.fbRx[z.fbRxEnd : z.fbRxEnd+n : z.fbRxEnd+n]
+	z.fbRxEnd += n
+	first := len(l.buf)
+	z.mu.Lock()
+	l.buf = z.fbRx[z.fbRxOff : z.fbRxOff+first : z.fbRxOff+first]
+	l.n += n
+	z.mu.Unlock()
+	return span, nil
+}
+
+func (c *Conn) releaseFallback(l *Lease, n int) error {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	z := &c.zc
+	z.mu.Lock()
+	current := z.lease == l
+	z.mu.Unlock()
+	switch {
+	case !current:
+		return c.opError("release", ErrZeroCopyDone)
+	case n < 0 || n > l.n:
+		return c.opError("release", ErrZeroCopyRange)
+	}
+	z.fbRxOff += n
+	l.buf = nil
+	z.mu.Lock()
+	z.lease = nil
+	z.mu.Unlock()
+	return nil
+}
+
+func (c *Conn) reserveFallback(n int) (*Reservation, error) {
+	z := &c.zc
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.resv != nil {
+		return nil, c.opError("reserve", ErrZeroCopyBusy)
+	}
+	if cap(z.fbTx) < n {
+		z.fbTx = make([]byte, n)
+	}
+	r := &Reservation{c: c, buf: z.fbTx[:n:n]}
+	z.resv = r
+	return r, nil
+}
+
+func (c *Conn) commitFallback(r *Reservation, n int) error {
+	z := &c.zc
+	z.mu.Lock()
+	current := z.resv == r
+	z.mu.Unlock()
+	switch {
+	case !current:
+		return c.opError("commit", ErrZeroCopyDone)
+	case n < 0 || n > len(r.buf):
+		return c.opError("commit", ErrZeroCopyRange)
+	}
+	var err error
+	if n > 0 {
+		_, err = c.tcp.Write(r.buf[:n])
+	}
+	z.mu.Lock()
+	z.resv = nil
+	z.mu.Unlock()
+	r.buf = nil
+	return err
+}

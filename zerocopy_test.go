@@ -1,0 +1,210 @@
+package smcloop
+
+import (
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// zcStream sends n pattern bytes from w with Reserve/Commit (random sizes) while r
+// takes them with Lease/Release (random partial releases), and checks every byte.
+func zcStream(t *testing.T, w, r *Conn, n int, seed uint64) {
+	t.Helper()
+	data := pattern(n, byte(seed))
+	got := make(chan [32]byte, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(seed, 2))
+		h := sha256.New()
+		r.SetReadDeadline(time.Now().Add(watchdog))
+		for read := 0; read < n; {
+			l, err := r.Lease()
+			if err != nil {
+				t.Errorf("Lease after %d bytes: %v", read, err)
+				break
+			}
+			b := l.Bytes()
+			k := len(b)
+			if k > 1 && rng.IntN(2) == 0 {
+				k = 1 + rng.IntN(k-1) // leave some for the next lease
+			}
+			h.Write(b[:k])
+			read += k
+			if err := l.Release(k); err != nil {
+				t.Errorf("Release: %v", err)
+				break
+			}
+		}
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		got <- sum
+	}()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for off := 0; off < n; {
+		asked := min(n-off, 1+rng.IntN(300_000))
+		res, err := w.Reserve(asked)
+		require.NoError(t, err)
+		b := res.Bytes()
+		require.NotEmpty(t, b)
+		require.LessOrEqual(t, len(b), asked)
+		k := len(b)
+		if k > 1 && rng.IntN(3) == 0 {
+			k = 1 + rng.IntN(k-1) // commit part of it
+		}
+		copy(b, data[off:off+k])
+		require.NoError(t, res.Commit(k))
+		off += k
+	}
+	require.Equal(t, sha256.Sum256(data), <-got)
+}
+
+func TestZeroCopyStream(t *testing.T) {
+	const n = 16 << 20
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"smcd", Config{}},
+		{"smcd-fixed-64k", Config{RMem: 64 << 10}},
+		{"smcd-copy", Config{SendMode: SendCopy}},
+		{"fallback", Config{DisableSMC: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pipe(t, tc.cfg, tc.cfg)
+			defer a.Close()
+			defer b.Close()
+			require.Equal(t, tc.name != "fallback", a.UsingSMC())
+			zcStream(t, a, b, n, 7)
+			// Mixed with Read and Write afterwards: the byte stream goes on.
+			_, err := b.Write([]byte("plain"))
+			require.NoError(t, err)
+			assert.Equal(t, []byte("plain"), readN(t, a, 5))
+		})
+	}
+}
+
+func TestZeroCopyMisuse(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{{"smcd", Config{}}, {"fallback", Config{DisableSMC: true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pipe(t, tc.cfg, tc.cfg)
+			defer a.Close()
+			defer b.Close()
+			_, err := a.Reserve(0)
+			require.ErrorIs(t, err, ErrZeroCopyRange)
+
+			res, err := a.Reserve(10)
+			require.NoError(t, err)
+			_, err = a.Reserve(10)
+			assert.ErrorIs(t, err, ErrZeroCopyBusy, "a second reservation")
+			if tc.cfg.DisableSMC {
+				// A fallback Write goes straight to TCP: the reservation's bytes follow
+				// at Commit.
+			} else {
+				_, err = a.Write([]byte("x"))
+				assert.ErrorIs(t, err, ErrZeroCopyBusy, "Write while reserved")
+			}
+			copy(res.Bytes(), "0123456789")
+			assert.ErrorIs(t, res.Commit(11), ErrZeroCopyRange)
+			assert.ErrorIs(t, res.Commit(-1), ErrZeroCopyRange)
+			require.NoError(t, res.Commit(10), "the reservation stayed out after a bad Commit")
+			assert.Nil(t, res.Bytes(), "Bytes after Commit")
+			assert.ErrorIs(t, res.Commit(1), ErrZeroCopyDone, "Commit twice")
+			assert.ErrorIs(t, res.Cancel(), ErrZeroCopyDone)
+
+			l, err := b.Lease()
+			require.NoError(t, err)
+			require.Equal(t, []byte("0123456789"), l.Bytes())
+			_, err = b.Lease()
+			assert.ErrorIs(t, err, ErrZeroCopyBusy, "a second lease")
+			_, err = b.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, ErrZeroCopyBusy, "Read while leased")
+			assert.ErrorIs(t, l.Release(11), ErrZeroCopyRange)
+			require.NoError(t, l.Release(4))
+			assert.Nil(t, l.Bytes(), "Bytes after Release")
+			assert.ErrorIs(t, l.Release(1), ErrZeroCopyDone, "Release twice")
+			assert.Equal(t, []byte("456789"), readN(t, b, 6), "the unreleased rest is read next")
+		})
+	}
+}
+
+// TestZeroCopyAcrossClose: a lease and a reservation held across Close keep their bytes
+// mapped and readable; ending them then reports net.ErrClosed and releases the buffers.
+func TestZeroCopyAcrossClose(t *testing.T) {
+	a, b := pipe(t, Config{}, Config{})
+	defer b.Close()
+	_, err := b.Write([]byte("leased across close"))
+	require.NoError(t, err)
+	l, err := a.Lease()
+	require.NoError(t, err)
+	res, err := a.Reserve(1 << 10)
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	assert.Equal(t, []byte("leased across close"), l.Bytes(), "the lease's bytes after Close")
+	res.Bytes()[0] = 1 // still mapped
+	a.zc.mu.Lock()
+	owed := a.zc.closeOwed
+	a.zc.mu.Unlock()
+	assert.True(t, owed, "the buffers wait for the lease and the reservation")
+	assert.ErrorIs(t, l.Release(3), net.ErrClosed)
+	err = res.Commit(1)
+	assert.ErrorIs(t, err, net.ErrClosed)
+	a.zc.mu.Lock()
+	owed = a.zc.closeOwed
+	a.zc.mu.Unlock()
+	assert.False(t, owed, "the last end released the buffers")
+	assert.ErrorIs(t, l.Release(0), ErrZeroCopyDone)
+
+	// The peer saw an abort (unread data at Close, as the kernel's close) and EOF-like end.
+	_, err = io.ReadAll(b)
+	assert.True(t, err == nil || errors.Is(err, ErrPeerReset), "%v", err)
+	_, err = a.Lease()
+	assert.ErrorIs(t, err, net.ErrClosed)
+}
+
+// TestZeroCopyLeaseMore: a message larger than one span is leased in pieces with More
+// and released at once; over SMC the pieces wrap around the ring.
+func TestZeroCopyLeaseMore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{{"smcd", Config{}}, {"smcd-fixed-64k", Config{RMem: 64 << 10}}, {"fallback", Config{DisableSMC: true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pipe(t, tc.cfg, tc.cfg)
+			defer a.Close()
+			defer b.Close()
+			// Move the ring position off zero so that messages wrap.
+			_, err := a.Write(make([]byte, 40000))
+			require.NoError(t, err)
+			readN(t, b, 40000)
+			for round := range 20 {
+				msg := pattern(50000, byte(round))
+				go a.Write(msg)
+				l, err := b.Lease()
+				require.NoError(t, err)
+				var got []byte
+				got = append(got, l.Bytes()...)
+				for len(got) < len(msg) {
+					span, err := l.More()
+					require.NoError(t, err)
+					require.NotEmpty(t, span)
+					got = append(got, span...)
+				}
+				require.Equal(t, len(got), l.Len())
+				require.Equal(t, msg, got[:len(msg)])
+				require.NoError(t, l.Release(len(msg)))
+				require.Equal(t, 0, l.Len())
+				_, err = l.More()
+				require.ErrorIs(t, err, ErrZeroCopyDone)
+			}
+		})
+	}
+}
