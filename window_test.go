@@ -225,19 +225,27 @@ func TestElasticSweepDuringBlockedWriteAndDeadline(t *testing.T) {
 	// Sweep while the Write is blocked. A sweep that returned false and after which the
 	// Write was still out overlapped it; a sweep may shrink only once the Write returned
 	// (it takes writeMu, which the Write holds until it returns).
+	// A shrink needs writeMu, which the Write holds until it returns: a sweep that shrank
+	// came after the Write's end, so its result must be there. Every sweep before that
+	// found the connection busy.
 	overlapped := 0
 	for {
-		shrank := a.sweepIdle(true)
 		select {
 		case <-wrote:
 		default:
-			require.False(t, shrank, "the sweeper shrank a connection whose Write is blocked")
-			overlapped++
-			continue
+			if !a.sweepIdle(true) {
+				overlapped++
+				continue
+			}
+			select {
+			case <-wrote:
+			case <-time.After(watchdog):
+				t.Fatal("the sweeper shrank a connection whose Write is blocked")
+			}
 		}
 		break
 	}
-	require.Positive(t, overlapped)
+	require.Positive(t, overlapped, "no sweep overlapped the blocked Write")
 	r := <-done
 	require.True(t, errors.Is(r.err, os.ErrDeadlineExceeded), "%v", r.err)
 	require.Equal(t, a.txSize, r.n, "the Write filled the ring, then its deadline expired")
