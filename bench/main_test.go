@@ -99,13 +99,15 @@ func TestShmipcPoints(t *testing.T) {
 }
 
 // TestTransportsRegistered checks the program knows smcloop's, the baselines' and
-// shmipc-go's transports, and that only shmipc-zc has zero-copy buffers.
+// shmipc-go's transports, and that only the -zc ones have zero-copy buffers.
 func TestTransportsRegistered(t *testing.T) {
-	assert.Equal(t, []string{"shmipc", "shmipc-zc", "smcd", "smcd-1m", "smcd-busypoll", "smcd-nospin", "tcp", "unix"},
+	assert.Equal(t, []string{"shmipc", "shmipc-zc", "smcd", "smcd-1m", "smcd-1m-nosplit", "smcd-1m-split",
+		"smcd-autocork", "smcd-busypoll", "smcd-copy", "smcd-limit", "smcd-nospin", "smcd-slowhs", "smcd-slowhs-limit",
+		"smcd-to-tcp", "smcd-zc", "tcp", "tcp-clc", "tcp-to-smcd", "unix"},
 		bench.Registered())
 	for _, name := range bench.Registered() {
 		tr, err := bench.Lookup(name)
 		require.NoError(t, err)
-		assert.Equal(t, name == "shmipc-zc", tr.ZeroCopy != nil, name)
+		assert.Equal(t, name == "shmipc-zc" || name == "smcd-zc", tr.ZeroCopy != nil, name)
 	}
 }

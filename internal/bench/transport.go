@@ -150,7 +150,7 @@ func (s *ListenerStats) add(o ListenerStats) {
 
 // DefaultTransports is the order in which the CLI benchmarks transports when none are
 // named; only the registered ones take part (see Defaults).
-var DefaultTransports = []string{"smcd", "smcd-nospin", "smcd-1m", "smcd-busypoll", "tcp", "unix"}
+var DefaultTransports = []string{"smcd", "smcd-zc", "smcd-nospin", "tcp", "unix"}
 
 // DefaultConnTransports are the transports of the short-lived connection mode when none
 // are named: smcloop with its defaults, with slowed server handshakes without and with
