@@ -238,8 +238,8 @@ func (c *Conn) sweepIdle(force bool) bool {
 	if w.win == small && bits.OnesCount64(w.committed) <= 2 {
 		return false
 	}
-	if c.stopErr() != nil {
-		return false
+	if c.stopErr() != nil || c.zc.resvOut() {
+		return false // a reservation's span lies past the prepared cursor: keep it
 	}
 	if _, _, err := c.refreshTx(); err != nil {
 		return false // the next Write reports it

@@ -163,13 +163,10 @@ func (l *Lease) More() ([]byte, error) {
 	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	c.zc.mu.Lock()
-	current := c.zc.lease == l
-	c.zc.mu.Unlock()
-	switch {
-	case !current:
-		return nil, c.opError("lease", ErrZeroCopyDone)
-	case l.n >= c.rxSize:
+	if err := c.zc.check(l, nil, 0, 0); err != nil {
+		return nil, c.opError("lease", err)
+	}
+	if l.n >= c.rxSize {
 		return nil, c.opError("lease", ErrZeroCopyRange) // it holds the whole ring
 	}
 	var span []byte
@@ -180,6 +177,21 @@ func (l *Lease) More() ([]byte, error) {
 	}
 	l.n += len(span)
 	return span, nil
+}
+
+// check tells whether l (or r) is still out (else ErrZeroCopyDone) and n within the held
+// bytes (else ErrZeroCopyRange).
+func (z *zeroCopy) check(l *Lease, r *Reservation, n, held int) error {
+	z.mu.Lock()
+	current := l != nil && z.lease == l || r != nil && z.resv == r
+	z.mu.Unlock()
+	switch {
+	case !current:
+		return ErrZeroCopyDone
+	case n < 0 || n > held:
+		return ErrZeroCopyRange
+	}
+	return nil
 }
 
 func (z *zeroCopy) leaseOut() bool {
@@ -208,14 +220,8 @@ func (l *Lease) Release(n int) error {
 	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	c.zc.mu.Lock()
-	current := c.zc.lease == l
-	c.zc.mu.Unlock()
-	switch {
-	case !current:
-		return c.opError("release", ErrZeroCopyDone)
-	case n < 0 || n > l.n:
-		return c.opError("release", ErrZeroCopyRange)
+	if err := c.zc.check(l, nil, n, l.n); err != nil {
+		return c.opError("release", err)
 	}
 	closed := c.closed.Load()
 	if !closed && n > 0 {
@@ -305,14 +311,8 @@ func (r *Reservation) Commit(n int) error {
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	c.zc.mu.Lock()
-	current := c.zc.resv == r
-	c.zc.mu.Unlock()
-	switch {
-	case !current:
-		return c.opError("commit", ErrZeroCopyDone)
-	case n < 0 || n > len(r.buf):
-		return c.opError("commit", ErrZeroCopyRange)
+	if err := c.zc.check(nil, r, n, len(r.buf)); err != nil {
+		return c.opError("commit", err)
 	}
 	err := c.sendable()
 	if err == nil && n > 0 {
@@ -386,11 +386,8 @@ func (c *Conn) moreFallback(l *Lease) ([]byte, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	z := &c.zc
-	z.mu.Lock()
-	current := z.lease == l
-	z.mu.Unlock()
-	if !current {
-		return nil, c.opError("lease", ErrZeroCopyDone)
+	if err := z.check(l, nil, 0, 0); err != nil {
+		return nil, c.opError("lease", err)
 	}
 	held := z.fbRxEnd - z.fbRxOff
 	if held >= fallbackLeaseMax {
@@ -421,14 +418,8 @@ func (c *Conn) releaseFallback(l *Lease, n int) error {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	z := &c.zc
-	z.mu.Lock()
-	current := z.lease == l
-	z.mu.Unlock()
-	switch {
-	case !current:
-		return c.opError("release", ErrZeroCopyDone)
-	case n < 0 || n > l.n:
-		return c.opError("release", ErrZeroCopyRange)
+	if err := c.zc.check(l, nil, n, l.n); err != nil {
+		return c.opError("release", err)
 	}
 	z.fbRxOff += n
 	l.buf = nil
@@ -455,14 +446,8 @@ func (c *Conn) reserveFallback(n int) (*Reservation, error) {
 
 func (c *Conn) commitFallback(r *Reservation, n int) error {
 	z := &c.zc
-	z.mu.Lock()
-	current := z.resv == r
-	z.mu.Unlock()
-	switch {
-	case !current:
-		return c.opError("commit", ErrZeroCopyDone)
-	case n < 0 || n > len(r.buf):
-		return c.opError("commit", ErrZeroCopyRange)
+	if err := c.zc.check(nil, r, n, len(r.buf)); err != nil {
+		return c.opError("commit", err)
 	}
 	var err error
 	if n > 0 {

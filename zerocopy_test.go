@@ -208,3 +208,27 @@ func TestZeroCopyLeaseMore(t *testing.T) {
 		})
 	}
 }
+
+// TestZeroCopyReservationSurvivesIdleSweep: a reservation held while the connection
+// idles keeps its memory: the sweeper leaves the connection alone until it is committed,
+// and the committed bytes arrive exact.
+func TestZeroCopyReservationSurvivesIdleSweep(t *testing.T) {
+	pauseSweeper(t)
+	a, b := pipe(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	streamExact(t, a, b, 4<<20, 1<<20, 9) // the window is the whole ring
+	res, err := a.Reserve(600 << 10)
+	require.NoError(t, err)
+	buf := res.Bytes()
+	require.Greater(t, len(buf), 2*unit, "the reservation spans several units")
+	msg := pattern(len(buf), 10)
+	copy(buf[:len(buf)/2], msg)
+	for range idleTicks + 1 {
+		require.False(t, a.sweepIdle(false), "the sweeper shrank a connection with a reservation out")
+	}
+	copy(buf[len(buf)/2:], msg[len(buf)/2:])
+	require.NoError(t, res.Commit(len(buf)))
+	require.Equal(t, msg, readN(t, b, len(msg)))
+	require.True(t, a.sweepIdle(true), "idle and nothing reserved: it shrinks")
+}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop"
+	"github.com/smcloop/smcloop/examples/internal/child"
 )
 
 func main() {
@@ -63,13 +64,13 @@ func main() {
 
 // both runs the server as a child process and the client against it.
 func both() error {
-	srv, err := startChild("-child", "-listen", "127.0.0.1:0")
+	srv, err := child.Start("-child", "-listen", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	fmt.Printf("server (pid %d) listening on %s\n", srv.cmd.Process.Pid, srv.addr)
-	err = call(srv.addr, "hello through shared memory")
-	if serr := srv.stop(); err == nil {
+	fmt.Printf("server (pid %d) listening on %s\n", srv.Pid(), srv.Addr)
+	err = call(srv.Addr, "hello through shared memory")
+	if serr := srv.Stop(); err == nil {
 		err = serr
 	}
 	return err
@@ -120,8 +121,8 @@ func serve(addr string, asChild bool) error {
 		log.Printf("echo server on %s", ln.Addr())
 		return <-accepted
 	}
-	ready(ln.Addr().String())
-	werr := waitParent()
+	child.Ready(ln.Addr().String())
+	werr := child.WaitParent()
 	ln.Close()
 	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("accept: %w", err)

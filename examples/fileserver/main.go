@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop"
+	"github.com/smcloop/smcloop/examples/internal/child"
 )
 
 // statsPath is where the server reports the counters of the connection's last file
@@ -176,8 +177,8 @@ func serve(addr, dir string, asChild bool) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	ready(ln.Addr().String())
-	werr := waitParent()
+	child.Ready(ln.Addr().String())
+	werr := child.WaitParent()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
@@ -350,18 +351,18 @@ func both() error {
 			return err
 		}
 	}
-	srv, err := startChild("-child", "-listen", "127.0.0.1:0", "-dir", dir)
+	srv, err := child.Start("-child", "-listen", "127.0.0.1:0", "-dir", dir)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("server (pid %d) serving %s on http://%s\n", srv.cmd.Process.Pid, dir, srv.addr)
+	fmt.Printf("server (pid %d) serving %s on http://%s\n", srv.Pid(), dir, srv.Addr)
 	var files []file
 	for _, tf := range testFiles {
-		u := &url.URL{Scheme: "http", Host: srv.addr, Path: "/" + tf.name}
+		u := &url.URL{Scheme: "http", Host: srv.Addr, Path: "/" + tf.name}
 		files = append(files, file{url: u, sha256: sums[tf.name]})
 	}
 	err = fetchAll(files)
-	if serr := srv.stop(); err == nil {
+	if serr := srv.Stop(); err == nil {
 		err = serr
 	}
 	return err

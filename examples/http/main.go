@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop"
+	"github.com/smcloop/smcloop/examples/internal/child"
 )
 
 // modeHeader is the response header in which the server names its connection's mode.
@@ -106,8 +107,8 @@ func serve(addr, dir string, asChild bool) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	ready(ln.Addr().String())
-	werr := waitParent()
+	child.Ready(ln.Addr().String())
+	werr := child.WaitParent()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
@@ -190,13 +191,13 @@ func both() error {
 	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), content, 0o644); err != nil {
 		return err
 	}
-	srv, err := startChild("-child", "-listen", "127.0.0.1:0", "-dir", dir)
+	srv, err := child.Start("-child", "-listen", "127.0.0.1:0", "-dir", dir)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("server (pid %d) serving %s on http://%s\n", srv.cmd.Process.Pid, dir, srv.addr)
-	err = fetchTwice(newClient(), "http://"+srv.addr+"/hello.txt", content)
-	if serr := srv.stop(); err == nil {
+	fmt.Printf("server (pid %d) serving %s on http://%s\n", srv.Pid(), dir, srv.Addr)
+	err = fetchTwice(newClient(), "http://"+srv.Addr+"/hello.txt", content)
+	if serr := srv.Stop(); err == nil {
 		err = serr
 	}
 	return err
