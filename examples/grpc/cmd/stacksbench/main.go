@@ -187,9 +187,7 @@ func runRound(r *Report, wls []workload, round int, warmup, duration time.Durati
 			log.Printf("round %d/%d: %s on %s", round+1, r.Rounds, w.name, tr)
 			res, err := w.run(pt)
 			if err == nil && res.Conns > w.conns {
-				pt.rec.mu.Lock()
-				res.Redials = slices.Clone(pt.rec.states)
-				pt.rec.mu.Unlock()
+				res.Redials = pt.rec.redials()
 			}
 			add(w.name, tr, res, err)
 		}

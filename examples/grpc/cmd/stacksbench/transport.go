@@ -57,16 +57,13 @@ type recorder struct {
 
 	mu    sync.Mutex
 	conns []net.Conn
-	modes map[string]int
+	at    []time.Duration // when each was dialed, since start
 	dials []time.Duration // how long each successful dial took
 	start time.Time
-	// states holds, for each dial after the first, the states of the connections
-	// dialed before it: why a client that should keep its connections made another.
-	states []string
 }
 
 func newRecorder(tr, addr string) *recorder {
-	return &recorder{transport: tr, addr: addr, modes: map[string]int{}, start: time.Now()}
+	return &recorder{transport: tr, addr: addr, start: time.Now()}
 }
 
 func (r *recorder) dial(ctx context.Context, _ string) (net.Conn, error) {
@@ -93,24 +90,36 @@ func (r *recorder) dial(ctx context.Context, _ string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Nothing here may wait for the connection: smcloop.DialContext returns before the
+	// CLC handshake ends, and asking for the mode now would wait for it and make the dial
+	// as slow as a synchronous one (a pool then dials more). Modes are read afterwards.
 	d := time.Since(t0)
 	r.mu.Lock()
-	if len(r.conns) > 0 {
-		states := make([]string, len(r.conns))
-		for i, old := range r.conns {
-			states[i] = "-"
-			if sc, ok := old.(*smcloop.Conn); ok {
-				states[i] = sc.State().String()
-			}
-		}
-		r.states = append(r.states, fmt.Sprintf("dial %d at +%s: the earlier connections are %s",
-			len(r.conns)+1, t0.Sub(r.start).Round(time.Millisecond), strings.Join(states, ",")))
-	}
 	r.conns = append(r.conns, c)
-	r.modes[modeOf(c)]++
+	r.at = append(r.at, t0.Sub(r.start))
 	r.dials = append(r.dials, d)
 	r.mu.Unlock()
 	return c, nil
+}
+
+// redials describes, for each dial after the first, the states of the connections dialed
+// before it, as they are now: why a client that should keep its connections made more.
+func (r *recorder) redials() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for i := 1; i < len(r.conns); i++ {
+		states := make([]string, i)
+		for j, old := range r.conns[:i] {
+			states[j] = "-"
+			if sc, ok := old.(*smcloop.Conn); ok {
+				states[j] = sc.State().String()
+			}
+		}
+		out = append(out, fmt.Sprintf("dial %d at +%s: the earlier connections are now %s",
+			i+1, r.at[i].Round(time.Millisecond), strings.Join(states, ",")))
+	}
+	return out
 }
 
 // dialTimes returns the median and the longest dial.
@@ -132,9 +141,9 @@ func (r *recorder) dialHTTP(ctx context.Context, _, addr string) (net.Conn, erro
 func (r *recorder) snapshot() (dials int, modes map[string]int, sum counters) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	modes = make(map[string]int, len(r.modes))
-	for m, n := range r.modes {
-		modes[m] = n
+	modes = make(map[string]int)
+	for _, c := range r.conns {
+		modes[modeOf(c)]++
 	}
 	return len(r.conns), modes, sumCounters(r.conns)
 }
