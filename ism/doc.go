@@ -24,7 +24,7 @@
 // DMB's offset in it; the attacher maps the DMB's span (no-copy: it writes straight into
 // the owner's buffer) and closes the descriptor. The first attach over a device
 // connection also passes that connection's signal channel (signal.go): a shared bitmap
-// (a sealed memfd) and one end of a datagram socket pair. The attacher rings a DMB's
+// (a sealed memfd) and one end of a stream socket pair. The attacher rings a DMB's
 // doorbells by setting its bits in the bitmap and sending a byte on the socket; the
 // owner's dispatcher for that peer device reads the other end and rings the DMB's Bells.
 // QueryRemoteGID is the reachability probe.

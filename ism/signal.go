@@ -18,14 +18,14 @@ import (
 //
 // When a peer device first attaches one of our DMBs over its connection to us, we create
 // a signal channel for that connection: a shared bitmap (a sealed memfd, two bits per
-// DMB index: data and space) and an AF_UNIX SOCK_DGRAM socket pair, the "interrupt". The
+// DMB index: data and space) and an AF_UNIX SOCK_STREAM socket pair, the "interrupt". The
 // peer gets the bitmap and one end of the pair with that attach; we keep the other end
 // and read it on a dispatcher goroutine (one per peer device, parked on Go's poller). To
 // signal a DMB, the peer sets the DMB's bit in the bitmap, then its word's bit in the
 // summary, then sends one byte on the socket with MSG_DONTWAIT. The dispatcher drains
 // the socket, then takes (swaps to zero) the summary words and the words they name, and
 // rings the local bells of the DMBs whose bits were set. A full socket queue (EAGAIN)
-// loses nothing: the bits stay set, and the queued datagrams wake the dispatcher for
+// loses nothing: the bits stay set, and the queued bytes wake the dispatcher for
 // them. The channel lives as long as the peer's connection to us.
 //
 // Nothing here can block on the peer. Our end of the pair is an open file description
@@ -51,7 +51,7 @@ const (
 	// flagNeedSignal in an attach request asks for the signal channel with the reply.
 	flagNeedSignal = 1
 
-	// sigDrainBatch bounds the datagrams one dispatch round takes before it scans.
+	// sigDrainBatch bounds the reads (of up to 64 interrupt bytes) one round takes before it scans.
 	sigDrainBatch = 64
 )
 
@@ -94,7 +94,7 @@ type sigRecv struct {
 // dispatcher.
 func (d *Device) newSigRecv(peer GID) (s *sigRecv, err error) {
 	size := sigBitmapSize(d.maxDMBs)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, os.NewSyscallError("socketpair", err)
 	}
@@ -151,34 +151,53 @@ func (s *sigRecv) close() {
 	})
 }
 
-// dispatch drains interrupts and rings the bells of the DMBs they signal, until close.
+// dispatch drains interrupts and rings the bells of the DMBs they signal, until close
+// (or the peer's end closes: EOF).
+//
+// One poller wait serves the channel's whole life, and a wake-up costs one read: the
+// interrupt is a stream socket, so a read shorter than the buffer has taken everything
+// queued, and the scan runs inside the read callback, which then asks to wait. The
+// poller is edge-triggered, and its readiness is reset only when a new Read call begins,
+// never between the callback's return and the wait that follows: a byte that arrives
+// after the short read makes that wait return at once. (Returning to call Read again
+// would reset readiness and need a read to EAGAIN on every wake-up.) A peer that floods
+// the socket costs reads and scans, bounded per round, never a missed wake-up: a full
+// batch reads on instead of waiting.
 func (s *sigRecv) dispatch() {
 	defer close(s.done)
-	var buf [16]byte
+	var buf [64]byte
 	// Built once: a closure per round would allocate on every wake-up.
-	drain := func(fd uintptr) bool {
-		got := false
-		for range sigDrainBatch {
-			_, err := unix.Read(int(fd), buf[:])
-			switch err {
-			case nil:
+	f := func(fd uintptr) bool {
+		for {
+			drained := false
+			got := false
+			for range sigDrainBatch {
+				n, err := unix.Read(int(fd), buf[:])
+				if err == unix.EINTR {
+					continue
+				}
+				if err == unix.EAGAIN {
+					drained = true
+					break
+				}
+				if err != nil || n == 0 {
+					return true // EOF (the peer's end closed) or a broken socket
+				}
 				got = true
-				continue
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return got // nothing at all: park on the poller until a datagram comes
+				if n < len(buf) {
+					drained = true
+					break
+				}
 			}
-			return true
+			if got {
+				s.scan()
+			}
+			if drained {
+				return false // wait for the next interrupt
+			}
 		}
-		return true
 	}
-	for {
-		if err := s.rc.Read(drain); err != nil {
-			return // closed
-		}
-		s.scan()
-	}
+	s.rc.Read(f) // returns at close or EOF
 }
 
 // scan takes every set bit and rings the bells of the DMBs they name.
@@ -267,8 +286,8 @@ func newSigSend(sock, memfd int) (s *sigSend, err error) {
 		}
 		unix.Close(memfd)
 	}()
-	if typ, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_DGRAM {
-		return nil, fmt.Errorf("%w: signal socket is not a datagram socket (type %d, %v)", errSigMalformed, typ, err)
+	if typ, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
+		return nil, fmt.Errorf("%w: signal socket is not a stream socket (type %d, %v)", errSigMalformed, typ, err)
 	}
 	if dom, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
 		return nil, fmt.Errorf("%w: signal socket is not AF_UNIX (domain %d, %v)", errSigMalformed, dom, err)
@@ -328,5 +347,5 @@ type RemoteBell struct {
 }
 
 // Ring signals the peer's DMB. It never blocks: it sets a bit in shared memory and sends
-// one datagram with MSG_DONTWAIT.
+// one byte with MSG_DONTWAIT.
 func (r *RemoteBell) Ring() error { return r.s.ring(r.index, r.kind) }

@@ -16,7 +16,7 @@ import (
 // with its bit set in the bitmap; a ring that trusted the flag would block in send(2)
 // for as long as the peer liked, and with it the Write or the liveness watcher that rang.
 func TestSignalRingNeverBlocksOnAHostilePeer(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
 	peerEnd := fds[0] // the hostile peer's own end: it never reads
 	defer unix.Close(peerEnd)
@@ -65,11 +65,11 @@ func TestSignalRingNeverBlocksOnAHostilePeer(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		require.NoError(t, err, "a ring on a full queue is not an error: the queued datagrams wake the owner")
+		require.NoError(t, err, "a ring on a full queue is not an error: the queued bytes wake the owner")
 	case <-time.After(10 * time.Second):
 		t.Fatal("ring blocked on a descriptor the peer made blocking and filled")
 	}
-	// The signals are in the bitmap for the owner to find with the datagrams queued.
+	// The signals are in the bitmap for the owner to find with the bytes queued.
 	w := words(peerMap)
 	assert.NotZero(t, w[0], "summary word")
 	assert.NotZero(t, w[sigSummaryWords], "data bits of the first DMB indexes")

@@ -225,8 +225,8 @@ func TestAttachRefusesHostileReplies(t *testing.T) {
 	if err := unix.Ftruncate(unsealed, size); err != nil {
 		t.Fatal(err)
 	}
-	// A well-formed signal channel: a datagram socket end and a sealed bitmap.
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	// A well-formed signal channel: a stream socket end and a sealed bitmap.
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
 	defer unix.Close(pair[0])
 	defer unix.Close(pair[1])
