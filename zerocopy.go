@@ -98,7 +98,12 @@ type Lease struct {
 
 // Len is how many bytes the lease holds: those of Bytes and of every span More returned.
 func (l *Lease) Len() int {
-	if l.Bytes() == nil {
+	if l == nil {
+		return 0
+	}
+	l.c.zc.mu.Lock()
+	defer l.c.zc.mu.Unlock()
+	if l.c.zc.lease != l {
 		return 0
 	}
 	return l.n
@@ -163,7 +168,7 @@ func (l *Lease) More() ([]byte, error) {
 	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	if err := c.zc.check(l, nil, 0, 0); err != nil {
+	if err := c.zc.check(l, nil, 0); err != nil {
 		return nil, c.opError("lease", err)
 	}
 	if l.n >= c.rxSize {
@@ -175,15 +180,24 @@ func (l *Lease) More() ([]byte, error) {
 			return nil, err
 		}
 	}
+	c.zc.mu.Lock()
 	l.n += len(span)
+	c.zc.mu.Unlock()
 	return span, nil
 }
 
 // check tells whether l (or r) is still out (else ErrZeroCopyDone) and n within the held
 // bytes (else ErrZeroCopyRange).
-func (z *zeroCopy) check(l *Lease, r *Reservation, n, held int) error {
+func (z *zeroCopy) check(l *Lease, r *Reservation, n int) error {
 	z.mu.Lock()
 	current := l != nil && z.lease == l || r != nil && z.resv == r
+	held := 0
+	switch {
+	case l != nil:
+		held = l.n
+	case r != nil:
+		held = len(r.buf)
+	}
 	z.mu.Unlock()
 	switch {
 	case !current:
@@ -220,7 +234,7 @@ func (l *Lease) Release(n int) error {
 	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	if err := c.zc.check(l, nil, n, l.n); err != nil {
+	if err := c.zc.check(l, nil, n); err != nil {
 		return c.opError("release", err)
 	}
 	closed := c.closed.Load()
@@ -230,7 +244,6 @@ func (l *Lease) Release(n int) error {
 		_, pf, _ := cdc.UnpackWord(c.link.LoadPeerCons())
 		c.confirm(pf, cdc.Diff(c.rxSize, c.rxCons, c.rxProd) == 0)
 	}
-	l.buf = nil
 	c.endZeroCopy(l, nil)
 	if closed {
 		return c.opError("release", net.ErrClosed)
@@ -311,7 +324,7 @@ func (r *Reservation) Commit(n int) error {
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	if err := c.zc.check(nil, r, n, len(r.buf)); err != nil {
+	if err := c.zc.check(nil, r, n); err != nil {
 		return c.opError("commit", err)
 	}
 	err := c.sendable()
@@ -321,7 +334,6 @@ func (r *Reservation) Commit(n int) error {
 		c.moreHeld = false
 		c.flushLocked(true, n, false)
 	}
-	r.buf = nil
 	c.endZeroCopy(nil, r)
 	return err
 }
@@ -386,7 +398,7 @@ func (c *Conn) moreFallback(l *Lease) ([]byte, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	z := &c.zc
-	if err := z.check(l, nil, 0, 0); err != nil {
+	if err := z.check(l, nil, 0); err != nil {
 		return nil, c.opError("lease", err)
 	}
 	held := z.fbRxEnd - z.fbRxOff
@@ -418,11 +430,10 @@ func (c *Conn) releaseFallback(l *Lease, n int) error {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	z := &c.zc
-	if err := c.zc.check(l, nil, n, l.n); err != nil {
+	if err := c.zc.check(l, nil, n); err != nil {
 		return c.opError("release", err)
 	}
 	z.fbRxOff += n
-	l.buf = nil
 	z.mu.Lock()
 	z.lease = nil
 	z.mu.Unlock()
@@ -446,7 +457,7 @@ func (c *Conn) reserveFallback(n int) (*Reservation, error) {
 
 func (c *Conn) commitFallback(r *Reservation, n int) error {
 	z := &c.zc
-	if err := c.zc.check(nil, r, n, len(r.buf)); err != nil {
+	if err := c.zc.check(nil, r, n); err != nil {
 		return c.opError("commit", err)
 	}
 	var err error
@@ -456,6 +467,5 @@ func (c *Conn) commitFallback(r *Reservation, n int) error {
 	z.mu.Lock()
 	z.resv = nil
 	z.mu.Unlock()
-	r.buf = nil
 	return err
 }

@@ -232,3 +232,34 @@ func TestZeroCopyReservationSurvivesIdleSweep(t *testing.T) {
 	require.Equal(t, msg, readN(t, b, len(msg)))
 	require.True(t, a.sweepIdle(true), "idle and nothing reserved: it shrinks")
 }
+
+// TestZeroCopyConcurrentLookups: Bytes and Len may be asked from other goroutines while
+// the lease grows and ends, without a data race.
+func TestZeroCopyConcurrentLookups(t *testing.T) {
+	a, b := pipe(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	for round := range 50 {
+		msg := pattern(3000, byte(round))
+		_, err := a.Write(msg[:1000])
+		require.NoError(t, err)
+		l, err := b.Lease()
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 100 {
+				_ = l.Bytes()
+				_ = l.Len()
+			}
+		}()
+		_, err = a.Write(msg[1000:])
+		require.NoError(t, err)
+		for l.Len() < len(msg) {
+			_, err := l.More()
+			require.NoError(t, err)
+		}
+		require.NoError(t, l.Release(len(msg)))
+		<-done
+	}
+}
