@@ -37,8 +37,10 @@ func Serve(ctx context.Context, tr Transport, ln net.Listener, log io.Writer) er
 		stopConn()
 		conn.Close()
 		from := conn.RemoteAddr().String()
+		// A connection served to its end is logged even if the interrupt came meanwhile:
+		// its client has its figures, so the log must have its line.
 		switch {
-		case ctx.Err() != nil:
+		case err != nil && ctx.Err() != nil:
 			return nil
 		case err != nil:
 			fmt.Fprintf(log, "connection %d from %s: %s: failed: %v\n", n, from, tr.Name, err)
