@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func presetOptions(opts []Option) map[string]string {
@@ -186,4 +189,23 @@ func TestPercentFormats(t *testing.T) {
 			t.Errorf("got %q, want %q", c.got, c.want)
 		}
 	}
+}
+
+// TestWriteTextWaits: a transport that counts its client's waits gets a line saying how
+// they ended; one that does not gets none.
+func TestWriteTextWaits(t *testing.T) {
+	r := sampleResults()
+	r.Latency[0].Results[0].ClientSend = &SendStats{Conns: 1, ReadWaits: 2000, ReadSpinHits: 1990, ReadShortSleeps: 8, ReadDoorbells: 2}
+	var buf bytes.Buffer
+	require.NoError(t, r.WriteText(&buf))
+	out := buf.String()
+	assert.Contains(t, out, "\n  client's waits for the answer (whole connection, warm-up included), by how they ended:\n")
+	assert.Regexp(t, `\n +size  transport +waits +spin +short sleep +doorbell\n`, out)
+	assert.Regexp(t, `\n +14 B  smcd +2,000 +99\.50% +0\.40% +0\.10%\n`, out)
+	assert.NotRegexp(t, `\n +tcp +[0-9,]+ +[0-9.]+%`, out, "tcp counts no waits")
+
+	r.Latency[0].Results[0].ClientSend = nil
+	buf.Reset()
+	require.NoError(t, r.WriteText(&buf))
+	assert.NotContains(t, buf.String(), "client's waits")
 }

@@ -202,6 +202,41 @@ func (r *Results) writeLatency(w io.Writer) {
 		}
 	}
 	writeNotes(w, notes)
+	r.writeWaits(w)
+}
+
+// writeWaits says, for the transports that count them, how the client's waits for the
+// answer ended: the phases behind a round trip's time (and its tail).
+func (r *Results) writeWaits(w io.Writer) {
+	t := newTable("size", "-transport", "waits", "spin", "short sleep", "doorbell")
+	rows := 0
+	for pi, p := range r.Latency {
+		if pi > 0 && rows > 0 {
+			t.gap()
+		}
+		first := true
+		for _, res := range p.Results {
+			s := res.ClientSend
+			if s == nil || s.ReadWaits == 0 || res.Samples == 0 {
+				continue
+			}
+			size := ""
+			if first {
+				size, first = humanSize(p.Size), false
+			}
+			share := func(n uint64) string {
+				return strconv.FormatFloat(100*float64(n)/float64(s.ReadWaits), 'f', 2, 64) + "%"
+			}
+			t.add(size, res.Transport, group(strconv.FormatUint(s.ReadWaits, 10)),
+				share(s.ReadSpinHits), share(s.ReadShortSleeps), share(s.ReadDoorbells))
+			rows++
+		}
+	}
+	if rows == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n  client's waits for the answer (whole connection, warm-up included), by how they ended:\n")
+	t.write(w, "  ")
 }
 
 // fallbackNote says how many rounds of a transport at a size posted no figure because

@@ -93,6 +93,13 @@ type SendStats struct {
 	// side's send ring), the largest seen over the connections summed.
 	DMB     int `json:"dmb"`
 	PeerDMB int `json:"peer_dmb"`
+	// ReadWaits are this side's Reads that found no data and waited, by how each wait
+	// ended: ReadSpinHits caught by the spin, ReadShortSleeps by a short sleep on the
+	// wake word, ReadDoorbells asleep on the doorbell (smcloop's ConnStats.ReadWaits).
+	ReadWaits       uint64 `json:"read_waits,omitempty"`
+	ReadSpinHits    uint64 `json:"read_spin_hits,omitempty"`
+	ReadShortSleeps uint64 `json:"read_short_sleeps,omitempty"`
+	ReadDoorbells   uint64 `json:"read_doorbells,omitempty"`
 }
 
 // add sums counters and keeps the largest buffer sizes.
@@ -108,6 +115,10 @@ func (s *SendStats) add(o SendStats) {
 	s.WindowUpdates += o.WindowUpdates
 	s.Rings += o.Rings
 	s.Sleeps += o.Sleeps
+	s.ReadWaits += o.ReadWaits
+	s.ReadSpinHits += o.ReadSpinHits
+	s.ReadShortSleeps += o.ReadShortSleeps
+	s.ReadDoorbells += o.ReadDoorbells
 	s.DMB = max(s.DMB, o.DMB)
 	s.PeerDMB = max(s.PeerDMB, o.PeerDMB)
 }

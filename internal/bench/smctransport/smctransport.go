@@ -248,10 +248,13 @@ func smcSendStats(c net.Conn) (bench.SendStats, bool) {
 		return bench.SendStats{}, false
 	}
 	s := sc.Stats()
+	rw := s.ReadWaits
 	return bench.SendStats{
 		Writes: s.SMCWrites, Bytes: s.SMCBytesSent, Pushes: s.Pushes, CorkPushes: s.CorkPushes,
 		SendfileCalls: s.SendfileCalls, Autocorked: s.Autocorked, AutosplitSegments: s.AutosplitSegments,
 		WindowUpdates: s.WindowUpdates, Rings: s.RingsSent, Sleeps: s.Sleeps, DMB: s.RMBSize, PeerDMB: s.PeerRMBSize,
+		ReadWaits: rw.Waits, ReadSpinHits: rw.SpinHits, ReadShortSleeps: rw.FutexHits,
+		ReadDoorbells: rw.Waits - rw.SpinHits - rw.FutexHits - rw.RecheckHits,
 	}, true
 }
 
