@@ -356,5 +356,8 @@ func TestBackgroundHandshakeCloseAborts(t *testing.T) {
 	_, err = c.Write([]byte("x"))
 	assert.ErrorIs(t, err, net.ErrClosed)
 	assert.ErrorIs(t, c.Close(), net.ErrClosed)
-	assert.Equal(t, uint64(0), ln.Stats().SMC+ln.Stats().Fallback)
+	// No SMC connection came of it. If the Close withdrew the dialer's announcement before
+	// the listener took it, the listener saw a plain client that left at once and may
+	// count it as a fallback, as it would any TCP client.
+	assert.Equal(t, uint64(0), ln.Stats().SMC)
 }
