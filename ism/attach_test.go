@@ -351,8 +351,25 @@ func TestSignalEvent(t *testing.T) {
 
 // TestNoLeakAfterCycles: register, attach, move, detach and unregister a hundred times;
 // every fd and every mapping is given back.
+// settledFDs counts this process's open descriptors once the count holds still: the
+// serving side of an attach closes what it sent a moment after the attacher returns, and
+// the runtime opens and closes files of its own (cgroup CPU limits) now and then.
+func settledFDs(t *testing.T) int {
+	t.Helper()
+	n := shmtest.OpenFDs(t)
+	for same, end := 0, time.Now().Add(5*time.Second); same < 3 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+		if m := shmtest.OpenFDs(t); m == n {
+			same++
+		} else {
+			n, same = m, 0
+		}
+	}
+	return n
+}
+
 func TestNoLeakAfterCycles(t *testing.T) {
-	fds0, maps0 := shmtest.OpenFDs(t), dmbMappings(t)
+	fds0, maps0 := settledFDs(t), dmbMappings(t)
 	owner := openDevice(t, ism.Config{})
 	peer := openDevice(t, ism.Config{})
 	cycle := func(i int) {
@@ -371,11 +388,11 @@ func TestNoLeakAfterCycles(t *testing.T) {
 		owner.UnregisterDMB(m)
 	}
 	cycle(0) // opens the device-to-device connection, kept for reuse
-	fds, maps := shmtest.OpenFDs(t), dmbMappings(t)
+	fds, maps := settledFDs(t), dmbMappings(t)
 	for i := 1; i <= 100; i++ {
 		cycle(i)
 	}
-	if got := shmtest.OpenFDs(t); got != fds {
+	if got := settledFDs(t); got != fds {
 		t.Errorf("open fds %d -> %d after 100 cycles", fds, got)
 	}
 	if got := dmbMappings(t); got != maps {
@@ -388,7 +405,7 @@ func TestNoLeakAfterCycles(t *testing.T) {
 	// Closing both devices gives back their sockets and connections as well.
 	owner.Close()
 	peer.Close()
-	if got := shmtest.OpenFDs(t); got != fds0 {
+	if got := settledFDs(t); got != fds0 {
 		t.Errorf("open fds %d before opening the devices, %d after closing them", fds0, got)
 	}
 	if got := dmbMappings(t); got != maps0 {
