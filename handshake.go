@@ -178,7 +178,7 @@ func (h *handshake) fallback(local, peer uint32) *Conn {
 	h.tcp.SetDeadline(time.Time{})
 	h.tcp.pending = h.rd.leftover()
 	return &Conn{
-		tcp: h.tcp, cfg: h.cfg, net: "tcp", state: StateActive,
+		tcp: h.tcp, cfg: h.cfg, net: networkOf(h.tcp), state: StateActive,
 		localReason: local, peerReason: peer,
 		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
 	}
@@ -187,7 +187,16 @@ func (h *handshake) fallback(local, peer uint32) *Conn {
 // plainConn wraps a TCP connection on which no CLC is spoken: the peer gave no SMC
 // capability signal (reason PEERNOSMC), or the listener's handshakes were congested.
 func plainConn(tcp net.Conn, cfg *settings, reason uint32) *Conn {
-	return &Conn{tcp: &countingConn{Conn: tcp}, cfg: cfg, net: "tcp", state: StateActive, localReason: reason}
+	return &Conn{tcp: &countingConn{Conn: tcp}, cfg: cfg, net: networkOf(tcp), state: StateActive, localReason: reason}
+}
+
+// networkOf is the network a fallback connection's errors name: that of the socket that
+// carries its bytes ("tcp" or "unix"), as net's own errors do.
+func networkOf(c net.Conn) string {
+	if a := c.LocalAddr(); a != nil {
+		return a.Network()
+	}
+	return "tcp"
 }
 
 // established builds the SMC-D connection over the registered and attached DMBs.

@@ -146,3 +146,26 @@ func TestUnixAbstractAndReplacedSocket(t *testing.T) {
 	defer s.Close()
 	assert.NotContains(t, s.RemoteAddr().String(), "smcloop")
 }
+
+// TestUnixFallbackErrorsNameUnix: a fallback over a unix socket reports its errors with
+// the unix network, as net's own do.
+func TestUnixFallbackErrorsNameUnix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plain.sock")
+	ln, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := Dial("unix", path)
+	require.NoError(t, err)
+	require.False(t, c.UsingSMC())
+	require.NoError(t, c.Close())
+	for _, err := range []error{c.Close(), func() error { _, err := c.Reserve(1); return err }()} {
+		var op *net.OpError
+		require.ErrorAs(t, err, &op)
+		assert.Equal(t, "unix", op.Net, "%v", err)
+	}
+}

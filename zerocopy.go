@@ -441,6 +441,9 @@ func (c *Conn) releaseFallback(l *Lease, n int) error {
 }
 
 func (c *Conn) reserveFallback(n int) (*Reservation, error) {
+	if c.closed.Load() {
+		return nil, c.opError("reserve", net.ErrClosed)
+	}
 	z := &c.zc
 	z.mu.Lock()
 	defer z.mu.Unlock()
