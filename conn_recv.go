@@ -420,10 +420,10 @@ var idleSamples = sync.Pool{New: func() any {
 }}
 
 // processIdle reports whether no other goroutine of the process is running or waiting
-// to run (runtime/metrics, about 70 ns): then a short sleep holding a P delays nobody.
-// Measured with 8 net/http connections in one process, short sleeps without this check
-// halved the requests per second; with it they cost nothing there and still take a
-// 1 MiB round trip from 285 µs to 165-185 µs.
+// to run (runtime/metrics, about 70 ns): then a short sleep holding a P delays nobody. A
+// server with several busy connections never takes one (stacksbench's 8-connection
+// net/http row); a two-process bulk transfer takes them for most waits (smcloop bench's
+// waits table at 1 MiB).
 func processIdle() bool {
 	s := idleSamples.Get().(*[2]metrics.Sample)
 	metrics.Read(s[:])

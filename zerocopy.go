@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/smcloop/smcloop/cdc"
 )
@@ -41,8 +42,10 @@ type zeroCopy struct {
 	mu        sync.Mutex
 	lease     *Lease
 	resv      *Reservation
-	closeOwed bool // Close ran while one was out: the link's Close is owed
-	closeDone bool // the owed link Close's peerDone
+	leased    atomic.Bool // lease != nil, for the checks of every Read and Write
+	reserved  atomic.Bool // resv != nil
+	closeOwed bool        // Close ran while one was out: the link's Close is owed
+	closeDone bool        // the owed link Close's peerDone
 	fbRx      []byte
 	fbRxOff   int // fallback: first unreleased byte of fbRx
 	fbRxEnd   int
@@ -69,9 +72,9 @@ func (c *Conn) endZeroCopy(l *Lease, r *Reservation) bool {
 	z.mu.Lock()
 	switch {
 	case l != nil && z.lease == l:
-		z.lease = nil
+		z.putLease(nil)
 	case r != nil && z.resv == r:
-		z.resv = nil
+		z.putResv(nil)
 	default:
 		z.mu.Unlock()
 		return false
@@ -149,7 +152,7 @@ func (c *Conn) Lease() (*Lease, error) {
 	}
 	l := &Lease{c: c, buf: span, n: len(span)}
 	c.zc.mu.Lock()
-	c.zc.lease = l
+	c.zc.putLease(l)
 	c.zc.mu.Unlock()
 	return l, nil
 }
@@ -208,17 +211,22 @@ func (z *zeroCopy) check(l *Lease, r *Reservation, n int) error {
 	return nil
 }
 
-func (z *zeroCopy) leaseOut() bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.lease != nil
+// putLease and putResv set the outstanding lease or reservation (nil: none); z.mu is
+// held. leaseOut and resvOut read the flags they keep without the lock: every Read and
+// Write asks.
+func (z *zeroCopy) putLease(l *Lease) {
+	z.lease = l
+	z.leased.Store(l != nil)
 }
 
-func (z *zeroCopy) resvOut() bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.resv != nil
+func (z *zeroCopy) putResv(r *Reservation) {
+	z.resv = r
+	z.reserved.Store(r != nil)
 }
+
+func (z *zeroCopy) leaseOut() bool { return z.leased.Load() }
+
+func (z *zeroCopy) resvOut() bool { return z.reserved.Load() }
 
 // Release ends the lease and consumes its first n bytes (0 ≤ n ≤ len(Bytes())); the
 // rest stays unread for the next Read or Lease. It returns ErrZeroCopyDone if the
@@ -305,7 +313,7 @@ func (c *Conn) Reserve(n int) (*Reservation, error) {
 	}
 	r := &Reservation{c: c, buf: c.link.TxBuf()[off : off+k : off+k]}
 	c.zc.mu.Lock()
-	c.zc.resv = r
+	c.zc.putResv(r)
 	c.zc.mu.Unlock()
 	return r, nil
 }
@@ -369,7 +377,7 @@ func (c *Conn) leaseFallback() (*Lease, error) {
 	}
 	l := &Lease{c: c, buf: z.fbRx[z.fbRxOff:z.fbRxEnd:z.fbRxEnd], n: z.fbRxEnd - z.fbRxOff}
 	z.mu.Lock()
-	z.lease = l
+	z.putLease(l)
 	z.mu.Unlock()
 	return l, nil
 }
@@ -435,7 +443,7 @@ func (c *Conn) releaseFallback(l *Lease, n int) error {
 	}
 	z.fbRxOff += n
 	z.mu.Lock()
-	z.lease = nil
+	z.putLease(nil)
 	z.mu.Unlock()
 	return nil
 }
@@ -454,7 +462,7 @@ func (c *Conn) reserveFallback(n int) (*Reservation, error) {
 		z.fbTx = make([]byte, n)
 	}
 	r := &Reservation{c: c, buf: z.fbTx[:n:n]}
-	z.resv = r
+	z.putResv(r)
 	return r, nil
 }
 
@@ -468,7 +476,7 @@ func (c *Conn) commitFallback(r *Reservation, n int) error {
 		_, err = c.tcp.Write(r.buf[:n])
 	}
 	z.mu.Lock()
-	z.resv = nil
+	z.putResv(nil)
 	z.mu.Unlock()
 	return err
 }

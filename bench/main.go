@@ -13,12 +13,8 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/smcloop/smcloop/internal/bench"
 	"github.com/smcloop/smcloop/internal/bench/command"
@@ -32,16 +28,7 @@ func main() {
 		os.Exit(1)
 	}
 	registerTransports()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp().RunContext(ctx, os.Args)
-	stop()
-	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			err = errors.New("interrupted")
-		}
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	command.Main(newApp())
 }
 
 // registerTransports registers every transport this program measures; the client and

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,28 +129,21 @@ func shmipcMode(conn net.Conn) (bool, string) {
 }
 
 // shmipcListener accepts unix socket connections and makes each the server side of a
-// shmipc-go session, whose first stream it returns.
+// shmipc-go session, whose first stream it returns. Closing it closes the unix listener
+// (which removes a temporary socket directory).
 type shmipcListener struct {
 	net.Listener
-	dir  string // the temporary directory holding the socket, removed on Close; "" for none
-	once sync.Once
 }
 
 func listenShmipc(ctx context.Context) (net.Listener, error) {
-	dir, err := os.MkdirTemp("", "smcloop-bench-shmipc-")
+	ln, err := bench.ListenTempUnix(ctx, "smcloop-bench-shmipc-")
 	if err != nil {
 		return nil, err
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "unix", filepath.Join(dir, "s"))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return &shmipcListener{Listener: ln, dir: dir}, nil
+	return &shmipcListener{Listener: ln}, nil
 }
 
-// listenShmipcOn listens on the unix socket path addr; closing the listener removes it.
+// listenShmipcOn listens on the unix socket path addr.
 func listenShmipcOn(ctx context.Context, addr string) (net.Listener, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "unix", addr)
@@ -178,19 +170,6 @@ func (l *shmipcListener) Accept() (net.Conn, error) {
 		return nil, fmt.Errorf("shmipc-go accepting the stream: %w", err)
 	}
 	return &shmipcConn{Stream: st, log: log, linger: true, close: sess.Close}, nil
-}
-
-func (l *shmipcListener) Close() error {
-	err := l.Listener.Close()
-	l.once.Do(func() {
-		if l.dir == "" {
-			return
-		}
-		if rerr := os.RemoveAll(l.dir); err == nil {
-			err = rerr
-		}
-	})
-	return err
 }
 
 // dialShmipc opens a client session to the unix socket addr with one stream, through a

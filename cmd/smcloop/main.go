@@ -3,28 +3,14 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/urfave/cli/v2"
+
+	"github.com/smcloop/smcloop/internal/bench/command"
 )
 
 func main() {
 	registerTransports()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp().RunContext(ctx, os.Args)
-	stop()
-	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			err = errors.New("interrupted")
-		}
-		fmt.Fprintln(os.Stderr, "smcloop:", err)
-		os.Exit(1)
-	}
+	command.Main(newApp())
 }
 
 func newApp() *cli.App {

@@ -305,17 +305,7 @@ func Unix() Transport {
 		Name: "unix",
 		Desc: "Go unix stream socket",
 		Listen: func(ctx context.Context) (net.Listener, error) {
-			dir, err := os.MkdirTemp("", "smcloop-bench-")
-			if err != nil {
-				return nil, err
-			}
-			var lc net.ListenConfig
-			ln, err := lc.Listen(ctx, "unix", filepath.Join(dir, "s"))
-			if err != nil {
-				os.RemoveAll(dir)
-				return nil, err
-			}
-			return &tempDirListener{Listener: ln, dir: dir}, nil
+			return ListenTempUnix(ctx, "smcloop-bench-")
 		},
 		ListenOn: func(ctx context.Context, addr string) (net.Listener, error) {
 			var lc net.ListenConfig
@@ -326,6 +316,22 @@ func Unix() Transport {
 			return d.DialContext(ctx, "unix", addr)
 		},
 	}
+}
+
+// ListenTempUnix listens on a unix socket in a fresh temporary directory (named with
+// prefix); closing the listener removes the directory.
+func ListenTempUnix(ctx context.Context, prefix string) (net.Listener, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "unix", filepath.Join(dir, "s"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &tempDirListener{Listener: ln, dir: dir}, nil
 }
 
 // tempDirListener removes the directory holding its socket when it is closed.

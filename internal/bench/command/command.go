@@ -7,10 +7,14 @@
 package command
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/smcloop/smcloop"
@@ -383,4 +387,19 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// Main runs app with os.Args until it ends or SIGINT/SIGTERM stops it, and exits with
+// status 1 on an error, printed after the program's name (an interrupt as "interrupted").
+func Main(app *cli.App) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := app.RunContext(ctx, os.Args)
+	stop()
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = errors.New("interrupted")
+		}
+		fmt.Fprintf(os.Stderr, "%s: %v\n", app.Name, err)
+		os.Exit(1)
+	}
 }
