@@ -15,14 +15,13 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
 	"time"
 
 	"google.golang.org/grpc"
 
-	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/examples/grpc/bulk"
 	"github.com/smcloop/smcloop/examples/grpc/internal/child"
+	"github.com/smcloop/smcloop/examples/grpc/internal/example"
 	"github.com/smcloop/smcloop/examples/grpc/smccreds"
 )
 
@@ -36,7 +35,7 @@ func main() {
 	log.SetFlags(0)
 	switch {
 	case *listen != "":
-		serve(*listen, *asChild)
+		example.Serve(*listen, *asChild)
 	case *dial != "":
 		if err := stream(*dial, *duration, *size); err != nil {
 			log.Fatal(err)
@@ -56,33 +55,6 @@ func main() {
 	}
 }
 
-func serve(addr string, asChild bool) {
-	ln, err := smcloop.Listen("tcp", addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(smccreds.New()), bulk.ServerOption())
-	bulk.Register(srv, &bulk.Service{})
-	if !asChild {
-		log.Printf("gRPC server on %s", ln.Addr())
-		log.Fatal(srv.Serve(ln))
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	child.Ready(ln.Addr().String())
-	if err := child.Serve(func(string) string { return "?" }); err != nil {
-		log.Fatal(err)
-	}
-	srv.Stop()
-	if err := <-done; err != nil {
-		log.Fatal(err)
-	}
-}
-
-func dialSMC(ctx context.Context, addr string) (net.Conn, error) {
-	return smcloop.DialContext(ctx, "tcp", addr)
-}
-
 func stream(addr string, duration time.Duration, size int) error {
 	if size < bulk.HeaderSize || size > bulk.MaxPattern {
 		return fmt.Errorf("size %d: want %d..%d bytes", size, bulk.HeaderSize, bulk.MaxPattern)
@@ -91,7 +63,7 @@ func stream(addr string, duration time.Duration, size int) error {
 	defer cancel()
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(smccreds.New()),
-		grpc.WithContextDialer(dialSMC))
+		grpc.WithContextDialer(example.DialSMC))
 	if err != nil {
 		return err
 	}

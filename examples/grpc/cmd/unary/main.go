@@ -16,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,9 +24,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 
-	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/examples/grpc/bulk"
 	"github.com/smcloop/smcloop/examples/grpc/internal/child"
+	"github.com/smcloop/smcloop/examples/grpc/internal/example"
 	"github.com/smcloop/smcloop/examples/grpc/smccreds"
 )
 
@@ -41,7 +40,7 @@ func main() {
 	log.SetFlags(0)
 	switch {
 	case *listen != "":
-		serve(*listen, *asChild)
+		example.Serve(*listen, *asChild)
 	case *dial != "":
 		if err := call(*dial, *calls, *sizes); err != nil {
 			log.Fatal(err)
@@ -61,39 +60,12 @@ func main() {
 	}
 }
 
-func serve(addr string, asChild bool) {
-	ln, err := smcloop.Listen("tcp", addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(smccreds.New()), bulk.ServerOption())
-	bulk.Register(srv, &bulk.Service{})
-	if !asChild {
-		log.Printf("gRPC server on %s", ln.Addr())
-		log.Fatal(srv.Serve(ln))
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	child.Ready(ln.Addr().String())
-	if err := child.Serve(func(string) string { return "?" }); err != nil {
-		log.Fatal(err)
-	}
-	srv.Stop()
-	if err := <-done; err != nil {
-		log.Fatal(err)
-	}
-}
-
-func dialSMC(ctx context.Context, addr string) (net.Conn, error) {
-	return smcloop.DialContext(ctx, "tcp", addr)
-}
-
 func call(addr string, calls int, sizeList string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(smccreds.New()),
-		grpc.WithContextDialer(dialSMC))
+		grpc.WithContextDialer(example.DialSMC))
 	if err != nil {
 		return err
 	}
