@@ -55,9 +55,11 @@
 // MSG_CMSG_CLOEXEC so no received descriptor leaks into a child process. A
 // message that carried more descriptors than the caller asked for is refused
 // and every descriptor it brought is closed. Both work on SOCK_STREAM and
-// SOCK_SEQPACKET unix sockets. [PeerCred] reports SO_PEERCRED, the pid, uid
-// and gid of the process at the other end, for deciding whether to trust it
-// before any descriptor is exchanged.
+// SOCK_SEQPACKET unix sockets. [ReadFds] is the primitive under RecvFds for a
+// protocol with rules of its own: it reports the message, its descriptors and
+// the kernel's truncation flags without judging them. [PeerCred] reports
+// SO_PEERCRED, the pid, uid and gid of the process at the other end, for
+// deciding whether to trust it before any descriptor is exchanged.
 //
 // [OpenFDs] and [CountMappings] count this process's descriptors and
 // mappings, for tests that prove nothing leaks.

@@ -53,38 +53,66 @@ func SendFds(c *net.UnixConn, msg []byte, fds ...int) error {
 // happens with [ErrMsgTruncated]. A peer that has closed its end yields
 // io.EOF.
 func RecvFds(c *net.UnixConn, buf []byte, maxFds int) (n int, fds []int, err error) {
-	if maxFds < 0 || maxFds > maxFdsPerMsg {
-		return 0, nil, fmt.Errorf("shm: RecvFds: maxFds %d out of range [0, %d]", maxFds, maxFdsPerMsg)
-	}
-	// Room for at least one descriptor even when none are wanted, so that a
-	// message carrying some is noticed rather than silently stripped.
-	oob := make([]byte, unix.CmsgSpace(max(maxFds, 1)*4))
-	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
-	fds, perr := parseRights(oob[:oobn])
+	m, err := ReadFds(c, buf, maxFds)
 	switch {
 	case errors.Is(err, io.EOF):
 		err = io.EOF // plain io.EOF, as from any reader
 	case err != nil:
-	case perr != nil:
-		err = perr
-	case flags&unix.MSG_CTRUNC != 0 && len(fds) < maxFds && flags&unix.MSG_TRUNC == 0:
+	case m.CTrunc && len(m.Fds) < maxFds && !m.Trunc:
 		// Room was there for more: the kernel stopped installing them (scm_detach_fds
 		// sets MSG_CTRUNC when the descriptor table is full).
-		err = fmt.Errorf("%w (received %d): %w", ErrFdsDropped, len(fds), unix.EMFILE)
-	case flags&unix.MSG_CTRUNC != 0:
-		err = fmt.Errorf("%w: control data truncated with room for %d (received %d)", ErrTooManyFds, maxFds, len(fds))
-	case len(fds) > maxFds:
-		err = fmt.Errorf("%w: received %d, want at most %d", ErrTooManyFds, len(fds), maxFds)
-	case flags&unix.MSG_TRUNC != 0:
+		err = fmt.Errorf("%w (received %d): %w", ErrFdsDropped, len(m.Fds), unix.EMFILE)
+	case m.CTrunc:
+		err = fmt.Errorf("%w: control data truncated with room for %d (received %d)", ErrTooManyFds, maxFds, len(m.Fds))
+	case len(m.Fds) > maxFds:
+		err = fmt.Errorf("%w: received %d, want at most %d", ErrTooManyFds, len(m.Fds), maxFds)
+	case m.Trunc:
 		err = fmt.Errorf("%w: message longer than the %d-byte buffer", ErrMsgTruncated, len(buf))
-	case n == 0 && oobn == 0 && len(buf) > 0:
+	case m.N == 0 && !m.hadControl && len(buf) > 0:
 		err = io.EOF
 	}
 	if err != nil {
-		closeFds(fds)
-		return n, nil, err
+		closeFds(m.Fds)
+		return m.N, nil, err
 	}
-	return n, fds, nil
+	return m.N, m.Fds, nil
+}
+
+// Msg is one message as [ReadFds] received it, before any judgement: its
+// length, the descriptors that came with it (the caller owns them) and the
+// kernel's truncation flags.
+type Msg struct {
+	N      int   // bytes of the message in the buffer
+	Fds    []int // descriptors received, close-on-exec
+	Trunc  bool  // MSG_TRUNC: the message was longer than the buffer (SOCK_SEQPACKET)
+	CTrunc bool  // MSG_CTRUNC: control data did not fit, or the descriptor table was full
+
+	hadControl bool // any control data arrived
+}
+
+// ReadFds receives one message into buf with room for maxFds descriptors
+// (at least one, so that a message carrying some is noticed rather than
+// silently stripped) and reports what arrived, for protocols that judge
+// a message by rules of their own; [RecvFds] is ReadFds with the usual
+// rules. The descriptors in the returned Msg are the caller's even when err
+// is not nil (io.EOF on a SOCK_SEQPACKET socket is an empty message or the
+// end of the connection, and descriptors may come with the former). A parse
+// error of the control data is returned with the descriptors found before it.
+func ReadFds(c *net.UnixConn, buf []byte, maxFds int) (Msg, error) {
+	if maxFds < 0 || maxFds > maxFdsPerMsg {
+		return Msg{}, fmt.Errorf("shm: ReadFds: maxFds %d out of range [0, %d]", maxFds, maxFdsPerMsg)
+	}
+	oob := make([]byte, unix.CmsgSpace(max(maxFds, 1)*4))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return Msg{}, err // n and oobn may be -1: nothing was received
+	}
+	fds, perr := parseRights(oob[:oobn])
+	m := Msg{N: n, Fds: fds, Trunc: flags&unix.MSG_TRUNC != 0, CTrunc: flags&unix.MSG_CTRUNC != 0, hadControl: oobn > 0}
+	if err == nil {
+		err = perr
+	}
+	return m, err
 }
 
 // parseRights returns every descriptor in the SCM_RIGHTS messages of oob,
@@ -120,20 +148,20 @@ func closeFds(fds []int) {
 
 // PeerCred returns the credentials (SO_PEERCRED) of the process at the other
 // end of a connected unix socket, as they were when the connection was made.
-func PeerCred(c *net.UnixConn) (*unix.Ucred, error) {
+func PeerCred(c *net.UnixConn) (*Cred, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	var cred *unix.Ucred
+	var uc *unix.Ucred
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		uc, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
 		return nil, err
 	}
 	if serr != nil {
 		return nil, os.NewSyscallError("getsockopt SO_PEERCRED", serr)
 	}
-	return cred, nil
+	return &Cred{Pid: uc.Pid, Uid: uc.Uid, Gid: uc.Gid}, nil
 }

@@ -1,15 +1,17 @@
 package shm_test
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
 	"github.com/smcloop/smcloop/shm"
 	"github.com/smcloop/smcloop/shm/shmtest"
-	"golang.org/x/sys/unix"
 )
 
 var socketTypes = []struct {
@@ -25,16 +27,14 @@ func newEventfds(t testing.TB, n int) []int {
 	fds := make([]int, n)
 	for i := range fds {
 		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-		if err != nil {
-			t.Fatalf("eventfd: %v", err)
-		}
+		require.NoError(t, err, "eventfd")
 		t.Cleanup(func() { unix.Close(fd) })
 		fds[i] = fd
 	}
 	return fds
 }
 
-// TestSendRecvRegionAndDoorbell passes a memfd and an eventfd over a
+// TestSendRecvRegionAndDoorbell passes a memfd and a doorbell over a
 // socketpair, maps and wraps them on the receiving side, and checks that
 // memory and doorbell connect the two sides.
 func TestSendRecvRegionAndDoorbell(t *testing.T) {
@@ -44,42 +44,29 @@ func TestSendRecvRegionAndDoorbell(t *testing.T) {
 			size := 2 * page
 			r := newRegion(t, "shm-test-pass", size)
 			d := newDoorbell(t)
-			if err := shm.SendFds(a, []byte("dmb"), r.Fd(), d.Fd()); err != nil {
-				t.Fatalf("SendFds: %v", err)
-			}
+			require.NoError(t, shm.SendFds(a, []byte("dmb"), r.Fd(), d.Fd()))
 			buf := make([]byte, 64)
 			n, fds, err := shm.RecvFds(b, buf, 2)
-			if err != nil {
-				t.Fatalf("RecvFds: %v", err)
-			}
-			if string(buf[:n]) != "dmb" || len(fds) != 2 {
-				t.Fatalf("RecvFds = %q, %d fds; want \"dmb\", 2 fds", buf[:n], len(fds))
-			}
+			require.NoError(t, err)
+			require.Equal(t, "dmb", string(buf[:n]))
+			require.Len(t, fds, 2)
 			for _, fd := range fds {
 				requireCloexec(t, fd)
 			}
 			m, err := shm.MapRegion(fds[0], size)
 			if err != nil {
 				unix.Close(fds[1])
-				t.Fatalf("MapRegion: %v", err)
 			}
+			require.NoError(t, err, "MapRegion")
 			defer m.Close()
 			pd, err := shm.DoorbellFromFd(fds[1])
-			if err != nil {
-				t.Fatalf("DoorbellFromFd: %v", err)
-			}
+			require.NoError(t, err, "DoorbellFromFd")
 			defer pd.Close()
 
 			copy(m.Bytes()[100:], "written by the receiver")
-			if err := pd.Ring(); err != nil {
-				t.Fatalf("Ring: %v", err)
-			}
-			if err := d.Wait(); err != nil {
-				t.Fatalf("Wait: %v", err)
-			}
-			if got := string(r.Bytes()[100:123]); got != "written by the receiver" {
-				t.Fatalf("creator reads %q", got)
-			}
+			require.NoError(t, pd.Ring())
+			require.NoError(t, d.Wait())
+			assert.Equal(t, "written by the receiver", string(r.Bytes()[100:123]), "creator reads")
 		})
 	}
 }
@@ -88,14 +75,12 @@ func TestRecvFdsWithoutFds(t *testing.T) {
 	for _, st := range socketTypes {
 		t.Run(st.name, func(t *testing.T) {
 			a, b := socketPair(t, st.typ)
-			if err := shm.SendFds(a, []byte("plain")); err != nil {
-				t.Fatalf("SendFds: %v", err)
-			}
+			require.NoError(t, shm.SendFds(a, []byte("plain")))
 			buf := make([]byte, 16)
 			n, fds, err := shm.RecvFds(b, buf, 4)
-			if err != nil || string(buf[:n]) != "plain" || len(fds) != 0 {
-				t.Fatalf("RecvFds = %q, %v, %v; want \"plain\", no fds, nil", buf[:n], fds, err)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, "plain", string(buf[:n]))
+			assert.Empty(t, fds)
 		})
 	}
 }
@@ -107,18 +92,12 @@ func TestRecvFdsTooMany(t *testing.T) {
 		for _, tc := range []struct{ send, max int }{{2, 1}, {3, 1}, {1, 0}, {8, 2}} {
 			t.Run(fmt.Sprintf("%s/send%d-max%d", st.name, tc.send, tc.max), func(t *testing.T) {
 				a, b := socketPair(t, st.typ)
-				if err := shm.SendFds(a, []byte("x"), newEventfds(t, tc.send)...); err != nil {
-					t.Fatalf("SendFds: %v", err)
-				}
+				require.NoError(t, shm.SendFds(a, []byte("x"), newEventfds(t, tc.send)...))
 				before := shmtest.OpenFDs(t)
-				n, fds, err := shm.RecvFds(b, make([]byte, 8), tc.max)
-				if !errors.Is(err, shm.ErrTooManyFds) || fds != nil {
-					t.Fatalf("RecvFds(max %d) of %d fds = %d, %v, %v; want ErrTooManyFds", tc.max, tc.send, n, fds, err)
-				}
-				if after := shmtest.OpenFDs(t); after != before {
-					t.Errorf("%d descriptors open after the refused message, want %d", after, before)
-				}
-				t.Log(err)
+				_, fds, err := shm.RecvFds(b, make([]byte, 8), tc.max)
+				assert.ErrorIs(t, err, shm.ErrTooManyFds)
+				assert.Nil(t, fds)
+				assert.Equal(t, before, shmtest.OpenFDs(t), "descriptors open after the refused message")
 			})
 		}
 	}
@@ -126,17 +105,12 @@ func TestRecvFdsTooMany(t *testing.T) {
 
 func TestRecvFdsTruncatedMessage(t *testing.T) {
 	a, b := socketPair(t, unix.SOCK_SEQPACKET)
-	if err := shm.SendFds(a, []byte("sixteen bytes!!!"), newEventfds(t, 1)...); err != nil {
-		t.Fatalf("SendFds: %v", err)
-	}
+	require.NoError(t, shm.SendFds(a, []byte("sixteen bytes!!!"), newEventfds(t, 1)...))
 	before := shmtest.OpenFDs(t)
 	_, fds, err := shm.RecvFds(b, make([]byte, 4), 1)
-	if !errors.Is(err, shm.ErrMsgTruncated) || fds != nil {
-		t.Fatalf("RecvFds into a short buffer = %v, %v; want ErrMsgTruncated", fds, err)
-	}
-	if after := shmtest.OpenFDs(t); after != before {
-		t.Errorf("%d descriptors open after the truncated message, want %d", after, before)
-	}
+	assert.ErrorIs(t, err, shm.ErrMsgTruncated)
+	assert.Nil(t, fds)
+	assert.Equal(t, before, shmtest.OpenFDs(t), "descriptors open after the truncated message")
 }
 
 func TestRecvFdsEOF(t *testing.T) {
@@ -144,31 +118,75 @@ func TestRecvFdsEOF(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			a, b := socketPair(t, st.typ)
 			a.Close()
-			if _, _, err := shm.RecvFds(b, make([]byte, 8), 1); err != io.EOF {
-				t.Fatalf("RecvFds after the peer closed: %v, want io.EOF", err)
-			}
+			_, _, err := shm.RecvFds(b, make([]byte, 8), 1)
+			assert.Equal(t, io.EOF, err, "RecvFds after the peer closed")
 		})
+	}
+}
+
+// TestReadFds checks that ReadFds reports what arrived without judging it:
+// the descriptors of a truncated or over-full message are handed to the
+// caller with the kernel's flags.
+func TestReadFds(t *testing.T) {
+	t.Run("whole", func(t *testing.T) {
+		a, b := socketPair(t, unix.SOCK_SEQPACKET)
+		require.NoError(t, shm.SendFds(a, []byte("hello"), newEventfds(t, 1)...))
+		buf := make([]byte, 8)
+		m, err := shm.ReadFds(b, buf, 1)
+		require.NoError(t, err)
+		t.Cleanup(func() { closeAll(m.Fds) })
+		assert.Equal(t, "hello", string(buf[:m.N]))
+		assert.Len(t, m.Fds, 1)
+		assert.False(t, m.Trunc)
+		assert.False(t, m.CTrunc)
+	})
+	t.Run("truncated", func(t *testing.T) {
+		a, b := socketPair(t, unix.SOCK_SEQPACKET)
+		require.NoError(t, shm.SendFds(a, []byte("sixteen bytes!!!"), newEventfds(t, 1)...))
+		buf := make([]byte, 4)
+		m, err := shm.ReadFds(b, buf, 1)
+		require.NoError(t, err)
+		t.Cleanup(func() { closeAll(m.Fds) })
+		assert.Equal(t, "sixt", string(buf[:m.N]))
+		assert.Len(t, m.Fds, 1)
+		assert.True(t, m.Trunc)
+		assert.False(t, m.CTrunc)
+	})
+	t.Run("too many", func(t *testing.T) {
+		a, b := socketPair(t, unix.SOCK_SEQPACKET)
+		require.NoError(t, shm.SendFds(a, []byte("x"), newEventfds(t, 3)...))
+		before := shmtest.OpenFDs(t)
+		m, err := shm.ReadFds(b, make([]byte, 4), 1)
+		require.NoError(t, err)
+		assert.True(t, m.CTrunc)
+		assert.NotEmpty(t, m.Fds, "the descriptors that fit")
+		assert.Less(t, len(m.Fds), 3, "the descriptors that fit")
+		assert.Equal(t, before+len(m.Fds), shmtest.OpenFDs(t), "the caller owns what arrived")
+		closeAll(m.Fds)
+	})
+	t.Run("bad maxFds", func(t *testing.T) {
+		_, b := socketPair(t, unix.SOCK_SEQPACKET)
+		_, err := shm.ReadFds(b, make([]byte, 4), 254)
+		assert.Error(t, err)
+	})
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
 	}
 }
 
 func TestSendFdsEmptyMessage(t *testing.T) {
 	a, _ := socketPair(t, unix.SOCK_SEQPACKET)
-	if err := shm.SendFds(a, nil, newEventfds(t, 1)...); err == nil {
-		t.Fatal("SendFds with an empty message succeeded")
-	}
+	assert.Error(t, shm.SendFds(a, nil, newEventfds(t, 1)...))
 }
 
 func TestPeerCred(t *testing.T) {
 	a, b := socketPair(t, unix.SOCK_SEQPACKET)
 	cred, err := shm.PeerCred(a)
-	if err != nil {
-		t.Fatalf("PeerCred: %v", err)
-	}
-	if int(cred.Pid) != os.Getpid() || int(cred.Uid) != os.Getuid() || int(cred.Gid) != os.Getgid() {
-		t.Errorf("PeerCred = pid %d uid %d gid %d; want %d %d %d",
-			cred.Pid, cred.Uid, cred.Gid, os.Getpid(), os.Getuid(), os.Getgid())
-	}
-	if _, err := shm.PeerCred(b); err != nil {
-		t.Errorf("PeerCred on the other end: %v", err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, shm.Cred{Pid: int32(os.Getpid()), Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}, *cred)
+	_, err = shm.PeerCred(b)
+	assert.NoError(t, err, "PeerCred on the other end")
 }

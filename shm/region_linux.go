@@ -38,6 +38,21 @@ func NewRegion(name string, size int) (*Region, error) {
 	if err := checkRegionSize(size); err != nil {
 		return nil, err
 	}
+	return newRegion(name, size)
+}
+
+// NewRegionAnySize is NewRegion for a size that need not be a multiple of the
+// page size, for a shared table with a layout of its own (internal/presence).
+// The mapping covers whole pages but Bytes is exactly size bytes long, and the
+// file ends there, so no access within Bytes can fault.
+func NewRegionAnySize(name string, size int) (*Region, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("shm: region size %d is not positive", size)
+	}
+	return newRegion(name, size)
+}
+
+func newRegion(name string, size int) (*Region, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("shm: memfd_create %q: %w", name, err)
@@ -66,12 +81,27 @@ func NewRegion(name string, size int) (*Region, error) {
 // whose size is not exactly size. size must be positive and a multiple of the
 // page size.
 func MapRegion(fd int, size int) (*Region, error) {
+	return mapRegion(fd, size, checkRegionSize)
+}
+
+// MapRegionAnySize is MapRegion for a region made by [NewRegionAnySize]: size
+// must be positive, not a multiple of the page size.
+func MapRegionAnySize(fd int, size int) (*Region, error) {
+	return mapRegion(fd, size, func(size int) error {
+		if size <= 0 {
+			return fmt.Errorf("shm: region size %d is not positive", size)
+		}
+		return nil
+	})
+}
+
+func mapRegion(fd int, size int, checkSize func(int) error) (*Region, error) {
 	if fd < 0 {
 		return nil, fmt.Errorf("shm: MapRegion: invalid descriptor %d", fd)
 	}
 	f := os.NewFile(uintptr(fd), "memfd")
 	defer f.Close()
-	if err := checkRegionSize(size); err != nil {
+	if err := checkSize(size); err != nil {
 		return nil, err
 	}
 	// Seals first: once F_SEAL_SHRINK is seen it can never be removed, so the

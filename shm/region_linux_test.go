@@ -5,8 +5,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/smcloop/smcloop/shm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/smcloop/smcloop/shm"
 )
 
 var page = os.Getpagesize()
@@ -61,6 +64,36 @@ func TestNewRegion(t *testing.T) {
 	}
 	if _, err := unix.FcntlInt(uintptr(r.Fd()), unix.F_ADD_SEALS, unix.F_SEAL_WRITE); !errors.Is(err, unix.EPERM) {
 		t.Errorf("adding a seal after F_SEAL_SEAL: %v, want EPERM", err)
+	}
+}
+
+// TestRegionAnySize maps a region of a size that is not whole pages on both
+// sides: Bytes is exactly size long, writes reach the other side up to the
+// last byte, and a received region of another size is refused.
+func TestRegionAnySize(t *testing.T) {
+	size := page + 64
+	r, err := shm.NewRegionAnySize("shm-test-any", size)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	require.Len(t, r.Bytes(), size)
+	var st unix.Stat_t
+	require.NoError(t, unix.Fstat(r.Fd(), &st))
+	assert.Equal(t, int64(size), st.Size)
+
+	m, err := shm.MapRegionAnySize(dupFd(t, r.Fd()), size)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.Len(t, m.Bytes(), size)
+	m.Bytes()[size-1] = 0xa5
+	assert.Equal(t, byte(0xa5), r.Bytes()[size-1])
+
+	_, err = shm.MapRegionAnySize(dupFd(t, r.Fd()), size+8)
+	assert.ErrorIs(t, err, shm.ErrSizeMismatch)
+	_, err = shm.MapRegion(dupFd(t, r.Fd()), size)
+	assert.Error(t, err, "MapRegion keeps to whole pages")
+	for _, bad := range []int{0, -1} {
+		_, err := shm.NewRegionAnySize("shm-test-any-bad", bad)
+		assert.Error(t, err, "size %d", bad)
 	}
 }
 

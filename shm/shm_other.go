@@ -4,9 +4,8 @@ package shm
 
 import (
 	"net"
+	"os"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Region is a shared memory region backed by a memfd. It exists only on Linux.
@@ -15,11 +14,18 @@ type Region struct{}
 // NewRegion returns ErrUnsupported.
 func NewRegion(name string, size int) (*Region, error) { return nil, ErrUnsupported }
 
+// NewRegionAnySize returns ErrUnsupported.
+func NewRegionAnySize(name string, size int) (*Region, error) { return nil, ErrUnsupported }
+
 // MapRegion closes fd and returns ErrUnsupported.
 func MapRegion(fd int, size int) (*Region, error) {
-	if fd >= 0 {
-		unix.Close(fd)
-	}
+	closeFd(fd)
+	return nil, ErrUnsupported
+}
+
+// MapRegionAnySize closes fd and returns ErrUnsupported.
+func MapRegionAnySize(fd int, size int) (*Region, error) {
+	closeFd(fd)
 	return nil, ErrUnsupported
 }
 
@@ -43,9 +49,7 @@ func NewDoorbell() (*Doorbell, error) { return nil, ErrUnsupported }
 
 // DoorbellFromFd closes fd and returns ErrUnsupported.
 func DoorbellFromFd(fd int) (*Doorbell, error) {
-	if fd >= 0 {
-		unix.Close(fd)
-	}
+	closeFd(fd)
 	return nil, ErrUnsupported
 }
 
@@ -75,11 +79,29 @@ func RecvFds(c *net.UnixConn, buf []byte, maxFds int) (n int, fds []int, err err
 	return 0, nil, ErrUnsupported
 }
 
+// Msg is one message as ReadFds received it.
+type Msg struct {
+	N      int
+	Fds    []int
+	Trunc  bool
+	CTrunc bool
+}
+
+// ReadFds returns ErrUnsupported.
+func ReadFds(c *net.UnixConn, buf []byte, maxFds int) (Msg, error) { return Msg{}, ErrUnsupported }
+
 // PeerCred returns ErrUnsupported.
-func PeerCred(c *net.UnixConn) (*unix.Ucred, error) { return nil, ErrUnsupported }
+func PeerCred(c *net.UnixConn) (*Cred, error) { return nil, ErrUnsupported }
 
 // OpenFDs returns ErrUnsupported.
 func OpenFDs() (int, error) { return 0, ErrUnsupported }
 
 // CountMappings returns ErrUnsupported.
 func CountMappings(substr string) (int, error) { return 0, ErrUnsupported }
+
+// closeFd closes a descriptor handed to a constructor that cannot use it.
+func closeFd(fd int) {
+	if fd >= 0 {
+		os.NewFile(uintptr(fd), "").Close()
+	}
+}
