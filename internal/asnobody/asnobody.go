@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 )
 
@@ -37,7 +36,7 @@ func Command(t testing.TB, args ...string) *exec.Cmd {
 		t.Fatalf("copying the test binary for nobody: %v", copyErr)
 	}
 	cmd := exec.Command(copyPath, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: UID, Gid: GID}}
+	runAsNobody(cmd)
 	cmd.Dir = filepath.Dir(copyPath)
 	return cmd
 }

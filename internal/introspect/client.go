@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/smcloop/smcloop/shm"
 )
 
 // MaxResponse bounds a response a client reads.
@@ -38,7 +40,7 @@ func Dial(ctx context.Context, pid int) (*net.UnixConn, uint32, error) {
 		return nil, 0, err
 	}
 	uc := c.(*net.UnixConn)
-	cred, err := PeerCred(uc)
+	cred, err := shm.PeerCred(uc)
 	if err != nil {
 		uc.Close()
 		return nil, 0, err

@@ -5,10 +5,11 @@ package introspect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 )
 
-var errUnsupported = errors.New("introspect: needs Linux (SO_PEERCRED, abstract unix sockets)")
+var errUnsupported = fmt.Errorf("introspect: needs Linux (SO_PEERCRED, abstract unix sockets): %w", errors.ErrUnsupported)
 
 // ErrDenied is returned for a process the caller may not query.
 var ErrDenied = errors.New("permission denied")

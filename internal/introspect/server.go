@@ -13,9 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/smcloop/smcloop/internal/backoff"
+	"github.com/smcloop/smcloop/shm"
 )
 
 // Server limits.
@@ -93,7 +92,7 @@ func (s *Server) acceptLoop() {
 			return
 		}
 		retry.Reset()
-		cred, err := PeerCred(c)
+		cred, err := shm.PeerCred(c)
 		if err != nil || !Permitted(cred.Uid) {
 			s.refuse(c, ErrCodeDenied, "permission denied: only the process's own user and root may query it")
 			continue
@@ -151,23 +150,4 @@ func respond(line []byte, handle Handler, self Process) Response {
 	}
 	resp.V, resp.Process = Version, self
 	return resp
-}
-
-// PeerCred returns the SO_PEERCRED credentials of the process at the other end of c.
-func PeerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var gerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	if gerr != nil {
-		return nil, os.NewSyscallError("getsockopt SO_PEERCRED", gerr)
-	}
-	return cred, nil
 }
