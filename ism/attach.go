@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/smcloop/smcloop/internal/backoff"
 	"github.com/smcloop/smcloop/shm"
 )
@@ -494,36 +492,6 @@ type watchedPeer struct {
 	c *net.UnixConn
 }
 
-// startLocked creates the epoll instance and starts the watch goroutine, once. d.mu and
-// w.mu are held.
-func (w *peerWatch) startLocked(d *Device) bool {
-	if w.ep != nil || w.failed {
-		return w.ep != nil
-	}
-	w.failed = true
-	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return false
-	}
-	// Non-blocking, so that os.NewFile puts it on Go's poller: an epoll instance is
-	// readable while it has events.
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return false
-	}
-	ep := os.NewFile(uintptr(fd), "smcloop-ism-peers")
-	rc, err := ep.SyscallConn()
-	if err != nil {
-		ep.Close()
-		return false
-	}
-	w.ep, w.rc, w.failed = ep, rc, false
-	w.conns = make(map[uint64]watchedPeer)
-	d.wg.Add(1)
-	go d.watchLoop(rc)
-	return true
-}
-
 // watchPeer puts c, p's connection to the device g, under the watch and returns its id,
 // or 0 if it cannot be watched (then only the end of g's own connection to us, or the
 // failure of a later request, tells us that g is gone). p.mu is held.
@@ -544,17 +512,7 @@ func (d *Device) watchPeer(g GID, p *peerConn, c *net.UnixConn) uint64 {
 	if !ok {
 		return 0
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
-	var cerr error
-	cr, err := c.SyscallConn()
-	if err == nil {
-		err = cr.Control(func(cfd uintptr) {
-			if err := rc.Control(func(ep uintptr) { cerr = unix.EpollCtl(int(ep), unix.EPOLL_CTL_ADD, int(cfd), &ev) }); err != nil {
-				cerr = err // the device closed meanwhile
-			}
-		})
-	}
-	if err != nil || cerr != nil {
+	if err := watchConn(rc, c, id); err != nil {
 		w.forget(id)
 		return 0
 	}
@@ -569,29 +527,6 @@ func (w *peerWatch) forget(id uint64) {
 	w.mu.Lock()
 	delete(w.conns, id)
 	w.mu.Unlock()
-}
-
-// watchLoop waits for the epoll instance to have events and handles them, until Close
-// closes the instance.
-func (d *Device) watchLoop(rc syscall.RawConn) {
-	defer d.wg.Done()
-	events := make([]unix.EpollEvent, 32)
-	rc.Read(func(ep uintptr) bool {
-		for {
-			n, err := unix.EpollWait(int(ep), events, 0)
-			switch {
-			case errors.Is(err, unix.EINTR):
-				continue
-			case err != nil:
-				return true // cannot happen on a valid instance
-			case n == 0:
-				return false // wait until the instance has events again
-			}
-			for _, ev := range events[:n] {
-				d.peerHungUp(uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32)
-			}
-		}
-	})
 }
 
 // peerHungUp handles the end of our connection id to a peer device: the device is gone.
@@ -664,7 +599,7 @@ func exchange(c *net.UnixConn, req wireMsg, maxFds int) (wireMsg, []int, error) 
 
 func closeFds(fds []int) {
 	for _, fd := range fds {
-		syscall.Close(fd)
+		closeFd(fd)
 	}
 }
 
@@ -759,7 +694,7 @@ func (r *RemoteDMB) MoveData(offset int, p []byte, signal bool) error {
 // Idempotent.
 func (r *RemoteDMB) Detach() {
 	r.once.Do(func() {
-		unix.Munmap(r.mem)
+		munmap(r.mem)
 		r.mem = nil
 		r.sig.put()
 	})

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/smcloop/smcloop/internal/peercred"
 )
@@ -38,6 +36,12 @@ var (
 	ErrClosed      = errors.New("ism: device closed")
 	ErrPermission  = errors.New("ism: peer process belongs to another user")
 )
+
+// ErrUnsupported is returned by Open on a system where the emulated device cannot work:
+// every system but Linux (it needs memfd seals, SO_PEERCRED, epoll and abstract unix
+// sockets). It matches errors.ErrUnsupported; an SMC-D user falls back to TCP with the
+// reason NOSMCDEV, as the kernel does without an ISM device.
+var ErrUnsupported = fmt.Errorf("ism: no emulated ISM device on %s: %w", runtime.GOOS, errors.ErrUnsupported)
 
 // GID is the 128-bit identity of an Emulated-ISM device: Hi travels in the CLC GID field,
 // Ext in the GID extension (and as the second GID/CHID entry of a v2 proposal).
@@ -94,6 +98,9 @@ type Device struct {
 
 // Open creates a device with a fresh random GID and starts serving attach requests.
 func Open(cfg Config) (*Device, error) {
+	if !supported {
+		return nil, ErrUnsupported
+	}
 	if cfg.MaxDMBs < 0 {
 		return nil, fmt.Errorf("ism: MaxDMBs %d is negative; use 0 for the default %d", cfg.MaxDMBs, DefaultMaxDMBs)
 	}
@@ -293,32 +300,10 @@ func (d *Device) registerDMB(size int, peer GID, pool uint64, elastic bool) (_ *
 	return m, nil
 }
 
-// reserveMemory allocates and maps the span [off, off+size) of a slab. The first commit
-// bytes are allocated now (fallocate), as the kernel allocates a DMB when it registers
-// it: a memory shortage is an error here, which the handshake turns into a decline
-// (MEM), rather than a fault later in the middle of a transfer. A dirty slot (it held a
-// DMB before) is emptied first, so that a DMB starts zeroed, as a new memfd's pages
-// are, and holds no memory beyond what it commits.
-func reserveMemory(memfd int, off int64, size, commit int, dirty bool) ([]byte, error) {
-	if dirty {
-		if err := punchHole(memfd, off, int64(size)); err != nil {
-			return nil, fmt.Errorf("ism: DMB memory: %w", err)
-		}
-	}
-	if err := unix.Fallocate(memfd, 0, off, int64(commit)); err != nil {
-		return nil, fmt.Errorf("ism: DMB memory: %w", os.NewSyscallError("fallocate", err))
-	}
-	mem, err := unix.Mmap(memfd, off, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("ism: DMB memory: %w", os.NewSyscallError("mmap", err))
-	}
-	return mem, nil
-}
-
 // freeLocked gives back everything m holds: mapping, slot, index and bells. d.mu is held.
 func (d *Device) freeLocked(m *DMB) {
 	if m.mem != nil {
-		unix.Munmap(m.mem)
+		munmap(m.mem)
 		m.mem = nil
 	}
 	if m.slab != nil {
@@ -374,7 +359,7 @@ func (d *Device) ReserveAttach(peer GID) (Reservation, error) {
 	var derr error
 	if err := rc.Control(func(fd uintptr) {
 		for r.n < want {
-			nfd, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+			nfd, err := dupCloexec(fd)
 			if err != nil {
 				derr = err
 				return

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // Elastic DMBs. A DMB's size is fixed when it is registered and sent in CLC, but its
@@ -71,8 +69,8 @@ func (m *DMB) Recommit(elastic bool) error {
 	if m.slab == nil || m.slab.memfd < 0 {
 		return ErrClosed
 	}
-	if err := unix.Fallocate(m.slab.memfd, 0, int64(m.slot)*int64(m.size), int64(m.size)); err != nil {
-		return fmt.Errorf("ism: DMB memory: %w", os.NewSyscallError("fallocate", err))
+	if err := allocate(m.slab.memfd, int64(m.slot)*int64(m.size), int64(m.size)); err != nil {
+		return fmt.Errorf("ism: DMB memory: %w", err)
 	}
 	m.elastic = false
 	return nil
@@ -97,15 +95,10 @@ func (r *RemoteDMB) Commit(off, n int) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCommit, err)
 	}
-	err = unix.Madvise(span, unix.MADV_POPULATE_WRITE)
+	err = populate(span)
 	done()
 	if err != nil {
-		if errors.Is(err, unix.EINVAL) {
-			// A kernel before 5.14 has no MADV_POPULATE_WRITE: the pages come with the
-			// first stores, as they would without an elastic DMB's care.
-			return nil
-		}
-		return fmt.Errorf("%w: %w", ErrCommit, os.NewSyscallError("madvise MADV_POPULATE_WRITE", err))
+		return fmt.Errorf("%w: %w", ErrCommit, err)
 	}
 	return nil
 }
@@ -123,10 +116,7 @@ func (r *RemoteDMB) Decommit(off, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Madvise(span, unix.MADV_REMOVE); err != nil {
-		return os.NewSyscallError("madvise MADV_REMOVE", err)
-	}
-	return nil
+	return removePages(span)
 }
 
 // span returns the mapped bytes of [off, off+n), widened to whole pages.
@@ -141,13 +131,4 @@ func (r *RemoteDMB) span(off, n int) ([]byte, error) {
 	page := os.Getpagesize()
 	lo, hi := off/page*page, min((off+n+page-1)/page*page, len(mem))
 	return mem[lo:hi], nil
-}
-
-// punchHole deallocates [off, off+n) of memfd: the span reads as zeros and holds no
-// memory until written again.
-func punchHole(memfd int, off, n int64) error {
-	if err := unix.Fallocate(memfd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err != nil {
-		return os.NewSyscallError("fallocate PUNCH_HOLE", err)
-	}
-	return nil
 }

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // Signalling between two devices, as an ISM device does it: one interrupt and one signal
@@ -94,9 +92,9 @@ type sigRecv struct {
 // dispatcher.
 func (d *Device) newSigRecv(peer GID) (s *sigRecv, err error) {
 	size := sigBitmapSize(d.maxDMBs)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fds, err := streamPair()
 	if err != nil {
-		return nil, os.NewSyscallError("socketpair", err)
+		return nil, err
 	}
 	s = &sigRecv{d: d, peer: peer, remote: fds[1], memfd: -1, done: make(chan struct{})}
 	s.file = os.NewFile(uintptr(fds[0]), "smcloop-ism-signal")
@@ -111,9 +109,9 @@ func (d *Device) newSigRecv(peer GID) (s *sigRecv, err error) {
 	if s.memfd, err = newSealedMemfd("smcloop-ism-signal", int64(size)); err != nil {
 		return nil, err
 	}
-	if s.mem, err = unix.Mmap(s.memfd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+	if s.mem, err = mapShared(s.memfd, 0, size); err != nil {
 		s.mem = nil
-		return nil, os.NewSyscallError("mmap", err)
+		return nil, err
 	}
 	s.w = words(s.mem)
 	go s.dispatch()
@@ -127,16 +125,16 @@ func (s *sigRecv) release() {
 		s.file = nil
 	}
 	if s.remote >= 0 {
-		unix.Close(s.remote)
+		closeFd(s.remote)
 		s.remote = -1
 	}
 	if s.memfd >= 0 {
-		unix.Close(s.memfd)
+		closeFd(s.memfd)
 		s.memfd = -1
 	}
 	if s.mem != nil {
 		s.scanMu.Lock()
-		unix.Munmap(s.mem)
+		munmap(s.mem)
 		s.mem, s.w = nil, nil
 		s.scanMu.Unlock()
 	}
@@ -172,11 +170,11 @@ func (s *sigRecv) dispatch() {
 			drained := false
 			got := false
 			for range sigDrainBatch {
-				n, err := unix.Read(int(fd), buf[:])
-				if err == unix.EINTR {
+				n, err := readFd(fd, buf[:])
+				if err == syscall.EINTR {
 					continue
 				}
-				if err == unix.EAGAIN {
+				if err == syscall.EAGAIN {
 					drained = true
 					break
 				}
@@ -282,23 +280,19 @@ var errSigMalformed = errors.New("ism: malformed signal channel from peer device
 func newSigSend(sock, memfd int) (s *sigSend, err error) {
 	defer func() {
 		if err != nil {
-			unix.Close(sock)
+			closeFd(sock)
 		}
-		unix.Close(memfd)
+		closeFd(memfd)
 	}()
-	if typ, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
-		return nil, fmt.Errorf("%w: signal socket is not a stream socket (type %d, %v)", errSigMalformed, typ, err)
+	if err := checkStreamSocket(sock); err != nil {
+		return nil, err
 	}
-	if dom, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
-		return nil, fmt.Errorf("%w: signal socket is not AF_UNIX (domain %d, %v)", errSigMalformed, dom, err)
-	}
-	unix.CloseOnExec(sock)
 	mem, err := mapSealed(memfd, 0, -1)
 	if err != nil {
 		return nil, fmt.Errorf("%w: bitmap: %w", errSigMalformed, err)
 	}
 	if len(mem) < (sigSummaryWords+1)*8 {
-		unix.Munmap(mem)
+		munmap(mem)
 		return nil, fmt.Errorf("%w: bitmap of %d bytes", errSigMalformed, len(mem))
 	}
 	s = &sigSend{fd: sock, mem: mem, w: words(mem), max: sigMaxIndex(len(mem))}
@@ -317,13 +311,13 @@ func (s *sigSend) ring(index, kind int) error {
 	atomic.OrUint64(&s.w[wi/64], 1<<(wi%64))
 	var one [1]byte
 	for {
-		err := unix.Send(s.fd, one[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		err := sendNonblock(s.fd, one[:])
 		switch err {
-		case nil, unix.EAGAIN:
+		case nil, syscall.EAGAIN:
 			return nil // a full queue has wake-ups pending that cover our bit
-		case unix.EINTR:
+		case syscall.EINTR:
 			continue
-		case unix.ECONNREFUSED, unix.EPIPE, unix.ENOTCONN, unix.ECONNRESET:
+		case syscall.ECONNREFUSED, syscall.EPIPE, syscall.ENOTCONN, syscall.ECONNRESET:
 			return nil // the owner is gone: no one is left to wake
 		}
 		return os.NewSyscallError("send", err)
@@ -334,8 +328,8 @@ func (s *sigSend) acquire() { s.refs.Add(1) }
 
 func (s *sigSend) put() {
 	if s.refs.Add(-1) == 0 {
-		unix.Close(s.fd)
-		unix.Munmap(s.mem)
+		closeFd(s.fd)
+		munmap(s.mem)
 	}
 }
 

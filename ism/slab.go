@@ -2,11 +2,6 @@ package ism
 
 import (
 	"fmt"
-	"os"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/smcloop/smcloop/shm"
 )
 
 // DMB memory comes from slabs, as an ISM device's DMBs come from its one memory: a slab
@@ -39,25 +34,6 @@ type slabKey struct {
 	peer GID
 	size int
 	pool uint64
-}
-
-// newSealedMemfd creates a memfd of size bytes sealed against shrinking, growing and
-// further sealing: a peer that maps it can neither take its memory away from under us
-// nor change its size.
-func newSealedMemfd(name string, size int64) (int, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return -1, os.NewSyscallError("memfd_create", err)
-	}
-	if err := unix.Ftruncate(fd, size); err != nil {
-		unix.Close(fd)
-		return -1, os.NewSyscallError("ftruncate", err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		unix.Close(fd)
-		return -1, os.NewSyscallError("fcntl F_ADD_SEALS", err)
-	}
-	return fd, nil
 }
 
 // slabForLocked returns a slab with a free slot for (peer, size) and the slot, creating a slab
@@ -105,7 +81,7 @@ func (d *Device) freeSlotLocked(s *slab, i int) {
 // sending it. d.mu is held.
 func (d *Device) closeSlabLocked(s *slab) {
 	if s.n == 0 && s.pins == 0 && s.memfd >= 0 {
-		unix.Close(s.memfd)
+		closeFd(s.memfd)
 		s.memfd = -1
 	}
 }
@@ -143,44 +119,4 @@ func (d *Device) RetirePool(peer GID, pool uint64) {
 		}
 		delete(d.slabs, key)
 	}
-}
-
-// mapSealed maps [off, off+size) of a memfd received from a peer (size -1: the whole
-// file). It refuses a descriptor that is not a regular file sealed against shrinking,
-// or too small for the span; it does not close fd.
-func mapSealed(fd int, off int64, size int) ([]byte, error) {
-	if fd < 0 {
-		return nil, fmt.Errorf("ism: invalid descriptor %d", fd)
-	}
-	// Seals first: once F_SEAL_SHRINK is seen it can never be removed, so the size
-	// checked next cannot shrink between the check and the mmap.
-	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
-	if err != nil {
-		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrNotMemfd, Err: os.NewSyscallError("fcntl F_GET_SEALS", err)}
-	}
-	if seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrNotSealed, Got: int64(seals), Want: unix.F_SEAL_SHRINK}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrNotMemfd, Err: os.NewSyscallError("fstat", err)}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrNotMemfd}
-	}
-	page := int64(os.Getpagesize())
-	if size < 0 {
-		if st.Size <= 0 || st.Size > 1<<30 {
-			return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrSizeMismatch, Got: st.Size}
-		}
-		size = int(st.Size)
-	}
-	if off < 0 || off%page != 0 || size <= 0 || int64(size)%page != 0 || off+int64(size) > st.Size {
-		return nil, &shm.RegionError{Fd: fd, Reason: shm.ErrSizeMismatch, Got: st.Size, Want: off + int64(size)}
-	}
-	mem, err := unix.Mmap(fd, off, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("ism: mmap of a peer's memory: %w", os.NewSyscallError("mmap", err))
-	}
-	return mem, nil
 }
