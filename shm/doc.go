@@ -40,9 +40,9 @@
 // descriptor passed with SCM_RIGHTS shares its open file description, and so its
 // O_NONBLOCK flag, with the peer, so every send and receive asks for
 // MSG_DONTWAIT itself, and the owner never makes a system call on the end peers
-// hold (an eventfd, which doorbells used to be, had to be written through the
-// shared description: a peer that made it blocking and saturated its counter
-// froze the writer). See doorbell_linux.go for the details.
+// hold (an eventfd would have to be written through the shared description: a
+// peer that made it blocking and saturated its counter would freeze the
+// writer). See doorbell_linux.go for the details.
 //
 // Doorbells carry no data. The rule for when a producer needs to ring at all
 // (the sleeper announces itself in shared memory, re-checks, then waits) is

@@ -223,7 +223,7 @@ func DoorbellFromFd(fd int) (*Doorbell, error) {
 				err = nil
 			case unix.EPIPE, unix.ENOTCONN, unix.ECONNREFUSED, unix.ECONNRESET:
 				// The owner closed its end, or shut this one down: no one is left to
-				// wake, as a write to an eventfd its owner had closed woke no one.
+				// wake.
 				err = nil
 			}
 			d.ringErr = err
@@ -272,9 +272,8 @@ func checkRingingEnd(fd int) error {
 // On the owner's doorbell it makes no system call: it moves the read deadline of the
 // receiving end into the past, which wakes a blocked Wait through the runtime poller. On
 // a peer's doorbell it sends one message with MSG_DONTWAIT. A ring the owner cannot hear
-// any more (it closed its end, or shut this one down) succeeds and wakes no one, as a
-// ring of an eventfd whose owner had gone did. After Close it returns an error matching
-// os.ErrClosed and net.ErrClosed.
+// any more (it closed its end, or shut this one down) succeeds and wakes no one. After
+// Close it returns an error matching os.ErrClosed and net.ErrClosed.
 func (d *Doorbell) Ring() error {
 	if d.closed.Load() {
 		return errClosed

@@ -26,12 +26,6 @@ var (
 // the ringing end of a doorbell.
 var ErrNotDoorbell = errors.New("shm: not a doorbell")
 
-// ErrNotEventfd is the former name of [ErrNotDoorbell], from when doorbells
-// were eventfds.
-//
-// Deprecated: use ErrNotDoorbell.
-var ErrNotEventfd = ErrNotDoorbell
-
 // Errors from [RecvFds].
 var (
 	// ErrTooManyFds means a message carried more descriptors than the
