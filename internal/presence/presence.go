@@ -6,9 +6,14 @@
 // SOCK_SEQPACKET socket that exists while the listener does. Abstract names live in the
 // network namespace, the scope of ISM reachability, and vanish with their socket, so a dead
 // process leaves nothing behind. Behind the name the listener keeps a registration table in
-// shared memory, one slot per client port (registry.go): a dialer links to the listener
+// shared memory, one slot per client port (table.go): a dialer links to the listener
 // once per process, and for each connection announces its bound local port in the table
 // before the SYN; the listener takes the announcement when it accepts the connection.
+//
+// The files follow the signal's parts: wire.go is the table's and the hello's layout,
+// table.go the shared table, advert.go the listener side, lookup.go the dialer side,
+// announce.go the hook a dialer runs before connect, unixsock.go the signal for unix
+// sockets, and sys_linux.go the system calls (sys_other.go: none, no signal).
 //
 // A dialer speaks CLC only if it found the listener and announced its connection; a
 // listener expects CLC on an accepted connection only if it finds that announcement. Each
@@ -17,16 +22,21 @@
 package presence
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
+	"runtime"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
+
+// ErrUnsupported reports a system where the signal cannot work: every system but Linux
+// (it needs abstract unix socket names, memfd seals and SO_PEERCRED). There Advertise and
+// AdvertiseUnix fail with it, Lookup finds no listener and LookupUnix no process, so a
+// dialer connects plain TCP and a listener expects no CLC. It matches
+// errors.ErrUnsupported.
+var ErrUnsupported = fmt.Errorf("presence: no SMC capability signal on %s: %w", runtime.GOOS, errors.ErrUnsupported)
 
 // ListenerName names an smcloop listener bound to addr (its IP may be a wildcard).
 func ListenerName(addr netip.AddrPort) string {
@@ -83,56 +93,4 @@ func IsLocal(ip netip.Addr) bool {
 		}
 	}
 	return local.addrs[ip]
-}
-
-// BindBeforeConnect binds a dialing socket to laddr (or the wildcard address with port
-// 0) before connect and returns the port, so the connection can be announced in the
-// listener's table before the SYN. SO_REUSEADDR lets a port whose earlier connection sits in
-// TIME_WAIT be bound again, as connect's own port choice would.
-func BindBeforeConnect(rc syscall.RawConn, network string, laddr netip.AddrPort, reuse bool) (uint16, error) {
-	var port uint16
-	var serr error
-	err := rc.Control(func(fd uintptr) {
-		if reuse {
-			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
-				return
-			}
-		}
-		var sa unix.Sockaddr
-		if network == "tcp4" {
-			sa4 := &unix.SockaddrInet4{Port: int(laddr.Port())}
-			if laddr.IsValid() {
-				sa4.Addr = laddr.Addr().Unmap().As4()
-			}
-			sa = sa4
-		} else {
-			sa6 := &unix.SockaddrInet6{Port: int(laddr.Port())}
-			if laddr.IsValid() {
-				sa6.Addr = laddr.Addr().As16()
-			}
-			sa = sa6
-		}
-		if serr = unix.Bind(int(fd), sa); serr != nil {
-			return
-		}
-		// syscall's Getsockname, not x/sys/unix's: the latter asks for SO_PROTOCOL on
-		// every inet socket, a second syscall per dial.
-		var got syscall.Sockaddr
-		if got, serr = syscall.Getsockname(int(fd)); serr != nil {
-			return
-		}
-		switch a := got.(type) {
-		case *syscall.SockaddrInet4:
-			port = uint16(a.Port)
-		case *syscall.SockaddrInet6:
-			port = uint16(a.Port)
-		}
-	})
-	if err != nil {
-		return 0, err
-	}
-	if serr != nil {
-		return 0, os.NewSyscallError("bind", serr)
-	}
-	return port, nil
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/smcloop/smcloop/internal/backoff"
 	"github.com/smcloop/smcloop/internal/peercred"
-	"golang.org/x/sys/unix"
 )
 
 // The signal for unix stream sockets (docs/CAPABILITY.md). A unix client socket has no
@@ -46,14 +45,11 @@ func UnixListenerName(address string) (string, error) {
 		sum := sha256.Sum256([]byte(address))
 		return unixListenerPrefix + "a/" + hex.EncodeToString(sum[:16]), nil
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(address, &st); err != nil {
-		return "", &net.OpError{Op: "stat", Net: "unix", Err: err}
+	dev, ino, err := socketFile(address)
+	if err != nil {
+		return "", err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return "", fmt.Errorf("presence: %s is not a socket", address)
-	}
-	return fmt.Sprintf("%sf/%x/%x", unixListenerPrefix, st.Dev, st.Ino), nil
+	return fmt.Sprintf("%sf/%x/%x", unixListenerPrefix, dev, ino), nil
 }
 
 // UnixAdvert is a unix listener's capability signal.
@@ -68,6 +64,9 @@ type UnixAdvert struct {
 // AdvertiseUnix holds the listener name of the unix listener at address until Close.
 // It fails with an error wrapping EADDRINUSE if another socket holds the name.
 func AdvertiseUnix(address string) (*UnixAdvert, error) {
+	if !supported {
+		return nil, fmt.Errorf("presence: advertising unix %s: %w", address, ErrUnsupported)
+	}
 	name, err := UnixListenerName(address)
 	if err != nil {
 		return nil, err
@@ -130,6 +129,9 @@ func (a *UnixAdvert) Probe(n uint32) {}
 // unix address, or 0 if none does (no name, a name of another user, an address that is
 // not a socket).
 func LookupUnix(ctx context.Context, address string) int32 {
+	if !supported {
+		return 0
+	}
 	name, err := UnixListenerName(address)
 	if err != nil {
 		return 0

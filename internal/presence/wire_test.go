@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/stretchr/testify/require"
 )
 
 // isProtocolError fails t unless err is nil or a *ProtocolError.
@@ -16,9 +16,7 @@ func isProtocolError(t *testing.T, err error) bool {
 		return false
 	}
 	var pe *ProtocolError
-	if !errors.As(err, &pe) {
-		t.Fatalf("error %v (%T) is not a *ProtocolError", err, err)
-	}
+	require.ErrorAs(t, err, &pe)
 	return true
 }
 
@@ -37,37 +35,34 @@ func FuzzParseHello(f *testing.F) {
 		if isProtocolError(t, err) {
 			return
 		}
-		if h.owner == 0 || h.size != tableSize {
-			t.Fatalf("accepted hello %+v", h)
-		}
-		if !bytes.Equal(h.marshal(), b) {
-			t.Fatalf("accepted %x, which does not round-trip", b)
-		}
+		require.NotZero(t, h.owner, "accepted hello %+v", h)
+		require.Equal(t, uint64(tableSize), h.size, "accepted hello %+v", h)
+		require.Equal(t, b, h.marshal(), "accepted hello does not round-trip")
 	})
 }
 
-// FuzzCheckHelloMsg adds the descriptor count and recvmsg flags to parseHello's input.
+// FuzzCheckHelloMsg adds the descriptor count and recvmsg's truncation flags to
+// parseHello's input.
 func FuzzCheckHelloMsg(f *testing.F) {
 	good := hello{owner: 1, size: tableSize}.marshal()
-	f.Add(good, 1, 0)
-	f.Add(good, 0, 0)
-	f.Add(good, 2, unix.MSG_CTRUNC)
-	f.Add(good, 1, unix.MSG_TRUNC)
-	f.Add([]byte{}, 0, 0)
-	f.Add([]byte{}, 1, 0)
-	f.Fuzz(func(t *testing.T, b []byte, nfds, flags int) {
-		h, err := checkHelloMsg(b, nfds, flags)
+	f.Add(good, 1, false, false)
+	f.Add(good, 0, false, false)
+	f.Add(good, 2, false, true)
+	f.Add(good, 1, true, false)
+	f.Add([]byte{}, 0, false, false)
+	f.Add([]byte{}, 1, false, false)
+	f.Fuzz(func(t *testing.T, b []byte, nfds int, trunc, ctrunc bool) {
+		h, err := checkHelloMsg(b, nfds, trunc, ctrunc)
 		if errors.Is(err, errNoHello) {
-			if len(b) != 0 || nfds != 0 {
-				t.Fatalf("%d bytes and %d descriptors reported as no hello", len(b), nfds)
-			}
+			require.Empty(t, b, "bytes reported as no hello")
+			require.Zero(t, nfds, "descriptors reported as no hello")
 			return
 		}
 		if isProtocolError(t, err) {
 			return
 		}
-		if nfds != 1 || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || h.owner == 0 {
-			t.Fatalf("accepted %x with %d descriptors, flags %#x", b, nfds, flags)
+		if nfds != 1 || trunc || ctrunc || h.owner == 0 {
+			t.Fatalf("accepted %x with %d descriptors, trunc %v, ctrunc %v", b, nfds, trunc, ctrunc)
 		}
 	})
 }
@@ -90,9 +85,7 @@ func FuzzCheckHeader(f *testing.F) {
 		if isProtocolError(t, err) {
 			return
 		}
-		if !bytes.Equal(mem[:offWithdrawn], valid[:offWithdrawn]) {
-			t.Fatalf("accepted header %x", mem[:offWithdrawn])
-		}
+		require.Equal(t, valid[:offWithdrawn], mem[:offWithdrawn], "accepted header")
 	})
 }
 
@@ -115,13 +108,11 @@ func FuzzTake(f *testing.F) {
 		h := addrHash(local)
 		took := tab.take(port, h)
 		want := v&slotMarker != 0 && uint32(v) == h
-		switch {
-		case took != want:
-			t.Fatalf("take(%#x, hash %#x) = %v, want %v", v, h, took, want)
-		case took && tab.slots[port] != 0:
-			t.Fatal("taken slot not emptied")
-		case !took && tab.slots[port] != v:
-			t.Fatal("slot changed without a take")
+		require.Equal(t, want, took, "take(%#x, hash %#x)", v, h)
+		if took {
+			require.Zero(t, tab.slots[port], "taken slot not emptied")
+		} else {
+			require.Equal(t, v, tab.slots[port], "slot changed without a take")
 		}
 	})
 }
