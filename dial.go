@@ -2,6 +2,7 @@ package smcloop
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -186,34 +187,16 @@ func (s *dialSignal) control(user net.Dialer) func(ctx context.Context, network,
 				return err
 			}
 		}
-		dst, err := netip.ParseAddrPort(address)
-		if err != nil {
-			return nil
-		}
-		var link *presence.Link
-		if presence.IsLocal(dst.Addr()) {
-			link = presence.LookupContext(ctx, dst)
-		}
 		var laddr netip.AddrPort
 		if a, ok := user.LocalAddr.(*net.TCPAddr); ok && a != nil {
 			laddr = a.AddrPort()
 		}
-		if link == nil && s.require {
+		t, err := presence.AnnounceDial(ctx, network, address, rc, presence.DialOptions{LocalAddr: laddr, Required: s.require})
+		if errors.Is(err, presence.ErrNotAnnounced) {
 			return &FallbackError{Local: clc.DeclPeerNoSMC}
 		}
-		if link == nil && !laddr.IsValid() {
-			return nil // plain TCP: let connect pick the port
-		}
-		port, err := presence.BindBeforeConnect(rc, network, laddr, link != nil)
-		if err != nil || link == nil {
-			return err
-		}
-		t, ok := link.Announce(port, dst)
-		if !ok {
-			if s.require {
-				return &FallbackError{Local: clc.DeclPeerNoSMC}
-			}
-			return nil // not announced, no CLC: the connection is plain TCP
+		if err != nil || t == nil {
+			return err // nil: not announced, no CLC: the connection is plain TCP
 		}
 		s.mu.Lock()
 		s.tickets = append(s.tickets, t)

@@ -3,7 +3,6 @@ package smctransport
 import (
 	"context"
 	"net"
-	"net/netip"
 	"sync"
 	"syscall"
 
@@ -23,21 +22,9 @@ import (
 func stallDial(ctx context.Context, addr string) (net.Conn, error) {
 	var ticket *presence.Ticket
 	d := net.Dialer{ControlContext: func(ctx context.Context, network, address string, rc syscall.RawConn) error {
-		dst, err := netip.ParseAddrPort(address)
-		if err != nil || !presence.IsLocal(dst.Addr()) {
-			return nil
-		}
-		link := presence.LookupContext(ctx, dst)
-		if link == nil {
-			return nil
-		}
-		port, err := presence.BindBeforeConnect(rc, network, netip.AddrPort{}, true)
-		if err != nil {
-			return err
-		}
-		t, ok := link.Announce(port, dst)
-		if !ok {
-			return nil // unannounced: a plain client
+		t, err := presence.AnnounceDial(ctx, network, address, rc, presence.DialOptions{})
+		if err != nil || t == nil {
+			return err // nil: unannounced, a plain client
 		}
 		if ticket != nil {
 			ticket.Cancel() // an earlier attempt of this dial
