@@ -25,23 +25,15 @@ func TestQueryRemoteGID(t *testing.T) {
 			t.Errorf("%s: QueryRemoteGID of a live device: %v", q.name, err)
 		}
 	}
-	if err := a.QueryRemoteGID(randomGID(t)); !errors.Is(err, ism.ErrUnreachable) {
-		t.Errorf("QueryRemoteGID of a random GID: %v, want ErrUnreachable", err)
-	}
-	if err := a.QueryRemoteGID(ism.GID{}); !errors.Is(err, ism.ErrUnreachable) {
-		t.Errorf("QueryRemoteGID of the zero GID: %v, want ErrUnreachable", err)
-	}
+	assert.ErrorIs(t, a.QueryRemoteGID(randomGID(t)), ism.ErrUnreachable, "QueryRemoteGID of a random GID")
+	assert.ErrorIs(t, a.QueryRemoteGID(ism.GID{}), ism.ErrUnreachable, "QueryRemoteGID of the zero GID")
 
 	// a holds a connection to b from the query above; closing b must still be noticed.
 	b.Close()
-	if err := a.QueryRemoteGID(b.GID()); !errors.Is(err, ism.ErrUnreachable) {
-		t.Errorf("QueryRemoteGID of a closed device: %v, want ErrUnreachable", err)
-	}
+	assert.ErrorIs(t, a.QueryRemoteGID(b.GID()), ism.ErrUnreachable, "QueryRemoteGID of a closed device")
 	// A later device is reachable through the same querier.
 	c := openDevice(t, ism.Config{})
-	if err := a.QueryRemoteGID(c.GID()); err != nil {
-		t.Errorf("QueryRemoteGID of a new device: %v", err)
-	}
+	assert.NoError(t, a.QueryRemoteGID(c.GID()), "QueryRemoteGID of a new device")
 }
 
 func TestAttachRefusals(t *testing.T) {
@@ -50,9 +42,7 @@ func TestAttachRefusals(t *testing.T) {
 	m := register(t, owner, 32<<10)
 	own := register(t, peer, 32<<10)
 	gone, err := owner.RegisterDMB(ism.MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	owner.UnregisterDMB(gone)
 
 	for _, tc := range []struct {
@@ -105,13 +95,9 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 		t.Fatal("the remote DMB is the owner's slice, not a mapping of its own")
 	}
 	fill(m.Bytes(), 0x11)
-	if j := checkPattern(r.Bytes(), 0, 0x11); j >= 0 {
-		t.Fatalf("owner's write not seen by the attacher at byte %d", j)
-	}
+	require.Equal(t, -1, checkPattern(r.Bytes(), 0, 0x11), "first byte where the attacher does not see the owner's write")
 	fill(r.Bytes(), 0x22)
-	if j := checkPattern(m.Bytes(), 0, 0x22); j >= 0 {
-		t.Fatalf("attacher's write not seen by the owner at byte %d", j)
-	}
+	require.Equal(t, -1, checkPattern(m.Bytes(), 0, 0x22), "first byte where the owner does not see the attacher's write")
 
 	// The doorbells are shared too: the attacher rings, the owner consumes. The owner
 	// rings its own doorbell too (a local wake-up); only the owner can consume.
@@ -170,9 +156,7 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 	if r.Bytes()[5] != 0xEE || r.Bytes()[7] != 0x77 {
 		t.Error("the attacher's mapping changed after the owner unregistered")
 	}
-	if _, err := peer.AttachDMB(owner.GID(), m.Token(), m.Size()); !errors.Is(err, ism.ErrNoDMB) {
-		t.Errorf("attach after UnregisterDMB: %v, want ErrNoDMB", err)
-	}
+	assert.ErrorIs(t, errOf(peer.AttachDMB(owner.GID(), m.Token(), m.Size())), ism.ErrNoDMB, "attach after UnregisterDMB")
 }
 
 // TestAttachOwnDMB: a process whose dialer and listener share one device attaches its
@@ -181,9 +165,7 @@ func TestAttachOwnDMB(t *testing.T) {
 	d := openDevice(t, ism.Config{})
 	m := register(t, d, ism.MinDMBSize)
 	r := attach(t, d, d, m)
-	if err := r.MoveData(100, []byte("loop"), true); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.MoveData(100, []byte("loop"), true))
 	if string(m.Bytes()[100:104]) != "loop" || !m.Data.TryConsume() {
 		t.Fatal("self-attached DMB does not reach the owner")
 	}
@@ -266,12 +248,8 @@ func TestMoveData(t *testing.T) {
 	woke := make(chan error, 1)
 	go func() { woke <- m.Data.Wait() }()
 	shmtest.WaitParkedIn(t, "[select", "ism.(*Bell).Wait(")
-	if err := r.MoveData(32, []byte("wake up"), true); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-woke; err != nil {
-		t.Fatalf("owner's Wait: %v", err)
-	}
+	require.NoError(t, r.MoveData(32, []byte("wake up"), true))
+	require.NoError(t, <-woke, "owner's Wait")
 	if string(m.Bytes()[32:39]) != "wake up" {
 		t.Fatalf("owner woke to %q", m.Bytes()[32:39])
 	}
@@ -289,9 +267,7 @@ func TestSignalEvent(t *testing.T) {
 	s2 := openDevice(t, ism.Config{})
 
 	// Without a handler an event is accepted and dropped.
-	if err := s1.SignalEvent(rx.GID(), ism.EventShutdown, 1); err != nil {
-		t.Fatalf("SignalEvent without a handler: %v", err)
-	}
+	require.NoError(t, s1.SignalEvent(rx.GID(), ism.EventShutdown, 1), "SignalEvent without a handler")
 
 	type event struct {
 		from ism.GID
@@ -314,9 +290,7 @@ func TestSignalEvent(t *testing.T) {
 		{s1, event{s1.GID(), 0, 0}},
 	}
 	for _, s := range sent {
-		if err := s.from.SignalEvent(rx.GID(), s.ev.code, s.ev.info); err != nil {
-			t.Fatalf("SignalEvent: %v", err)
-		}
+		require.NoError(t, s.from.SignalEvent(rx.GID(), s.ev.code, s.ev.info), "SignalEvent")
 	}
 	// SignalEvent returns once the receiver handled the event: no waiting needed.
 	mu.Lock()
@@ -331,22 +305,16 @@ func TestSignalEvent(t *testing.T) {
 	mu.Unlock()
 
 	// Events go to the device they are sent to, and the handler can be removed.
-	if err := rx.SignalEvent(s1.GID(), 9, 9); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rx.SignalEvent(s1.GID(), 9, 9))
 	rx.SetEventHandler(nil)
-	if err := s2.SignalEvent(rx.GID(), 7, 7); err != nil {
-		t.Fatalf("SignalEvent after the handler was removed: %v", err)
-	}
+	require.NoError(t, s2.SignalEvent(rx.GID(), 7, 7), "SignalEvent after the handler was removed")
 	mu.Lock()
 	if len(got) != len(sent) {
 		t.Errorf("handler saw %d events, want %d", len(got), len(sent))
 	}
 	mu.Unlock()
 
-	if err := s1.SignalEvent(randomGID(t), ism.EventShutdown, 0); !errors.Is(err, ism.ErrUnreachable) {
-		t.Errorf("SignalEvent to a random GID: %v, want ErrUnreachable", err)
-	}
+	assert.ErrorIs(t, s1.SignalEvent(randomGID(t), ism.EventShutdown, 0), ism.ErrUnreachable, "SignalEvent to a random GID")
 }
 
 // TestNoLeakAfterCycles: register, attach, move, detach and unregister a hundred times;

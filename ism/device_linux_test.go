@@ -1,12 +1,14 @@
 package ism_test
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/smcloop/smcloop/ism"
 	"github.com/smcloop/smcloop/shm/shmtest"
@@ -17,33 +19,25 @@ func TestOpenGivesDistinctLoopbackDevices(t *testing.T) {
 	b := openDevice(t, ism.Config{MaxDMBs: 7})
 	for _, d := range []*ism.Device{a, b} {
 		g := d.GID()
-		if g.IsZero() {
-			t.Errorf("device has the zero GID")
-		}
-		if want := fmt.Sprintf("%016x%016x", g.Hi, g.Ext); g.String() != want || len(g.String()) != 32 {
-			t.Errorf("GID.String() = %q, want %q", g.String(), want)
-		}
-		if d.CHID() != 0xFFFF || ism.CHIDLoopback != 0xFFFF {
-			t.Errorf("CHID = %#x, want 0xffff", d.CHID())
-		}
+		assert.False(t, g.IsZero(), "device has the zero GID")
+		assert.Equal(t, fmt.Sprintf("%016x%016x", g.Hi, g.Ext), g.String())
+		assert.Len(t, g.String(), 32)
+		assert.Equal(t, uint16(0xFFFF), d.CHID())
 	}
-	if a.GID() == b.GID() {
-		t.Fatalf("two devices share GID %s", a.GID())
-	}
-	if a.MaxDMBs() != ism.DefaultMaxDMBs || b.MaxDMBs() != 7 {
-		t.Errorf("MaxDMBs = %d, %d; want %d, 7", a.MaxDMBs(), b.MaxDMBs(), ism.DefaultMaxDMBs)
-	}
-	if !(ism.GID{}).IsZero() || (ism.GID{Ext: 1}).IsZero() {
-		t.Errorf("IsZero wrong for {0,0} or {0,1}")
-	}
+	assert.Equal(t, 0xFFFF, ism.CHIDLoopback)
+	require.NotEqual(t, a.GID(), b.GID(), "two devices share a GID")
+	assert.Equal(t, ism.DefaultMaxDMBs, a.MaxDMBs())
+	assert.Equal(t, 7, b.MaxDMBs())
+	assert.True(t, (ism.GID{}).IsZero())
+	assert.False(t, (ism.GID{Ext: 1}).IsZero())
 }
 
 func TestOpenRejectsNegativeLimit(t *testing.T) {
 	d, err := ism.Open(ism.Config{MaxDMBs: -1})
 	if err == nil {
 		d.Close()
-		t.Fatal("Open with MaxDMBs -1 succeeded")
 	}
+	assert.Error(t, err, "Open with MaxDMBs -1")
 }
 
 func TestDMBSizes(t *testing.T) {
@@ -72,83 +66,73 @@ func TestDMBSizes(t *testing.T) {
 		{ism.MinDMBSize, true},  // likewise
 		{ism.MaxDMBSize << 1, false},
 	} {
-		if got := ism.ValidDMBSize(tc.size); got != tc.valid {
-			t.Errorf("ValidDMBSize(%d) = %v, want %v", tc.size, got, tc.valid)
-		}
+		assert.Equal(t, tc.valid, ism.ValidDMBSize(tc.size), "ValidDMBSize(%d)", tc.size)
 		before := d.Stats()
 		m, err := d.RegisterDMB(tc.size)
 		after := d.Stats()
 		if !tc.valid {
 			if err == nil {
 				d.UnregisterDMB(m)
-				t.Errorf("RegisterDMB(%d) succeeded, want refusal", tc.size)
-			} else if errors.Is(err, ism.ErrNoSpace) {
-				t.Errorf("RegisterDMB(%d) = %v; a bad size is not the DMB limit", tc.size, err)
 			}
-			if after != before {
-				t.Errorf("RegisterDMB(%d) refused but stats moved: %+v -> %+v", tc.size, before, after)
-			}
+			assert.Error(t, err, "RegisterDMB(%d)", tc.size)
+			assert.NotErrorIs(t, err, ism.ErrNoSpace, "RegisterDMB(%d): a bad size is not the DMB limit", tc.size)
+			assert.Equal(t, before, after, "RegisterDMB(%d) refused but stats moved", tc.size)
 			continue
 		}
-		if err != nil {
-			t.Errorf("RegisterDMB(%d): %v", tc.size, err)
+		if !assert.NoError(t, err, "RegisterDMB(%d)", tc.size) {
 			continue
 		}
-		if m.Size() != tc.size || len(m.Bytes()) != tc.size {
-			t.Errorf("DMB of %d: Size %d, len(Bytes) %d", tc.size, m.Size(), len(m.Bytes()))
-		}
-		for i, c := range m.Bytes() {
-			if c != 0 {
-				t.Errorf("new DMB of %d has byte %d = %#x, want 0", tc.size, i, c)
-				break
-			}
-		}
-		if after.DMBsRegistered != before.DMBsRegistered+1 || after.DMBsCreated != before.DMBsCreated+1 {
-			t.Errorf("RegisterDMB(%d): stats %+v -> %+v", tc.size, before, after)
-		}
+		assert.Equal(t, tc.size, m.Size())
+		assert.Len(t, m.Bytes(), tc.size)
+		assert.Equal(t, -1, firstNonZero(m.Bytes()), "first nonzero byte of a new DMB of %d", tc.size)
+		assert.Equal(t, before.DMBsRegistered+1, after.DMBsRegistered, "RegisterDMB(%d): DMBs registered", tc.size)
+		assert.Equal(t, before.DMBsCreated+1, after.DMBsCreated, "RegisterDMB(%d): DMBs created", tc.size)
 		d.UnregisterDMB(m)
-		if got := d.Stats().DMBsRegistered; got != before.DMBsRegistered {
-			t.Errorf("after UnregisterDMB: %d registered, want %d", got, before.DMBsRegistered)
+		assert.Equal(t, before.DMBsRegistered, d.Stats().DMBsRegistered, "after UnregisterDMB")
+	}
+}
+
+// firstNonZero returns the index of the first nonzero byte of b, or -1.
+func firstNonZero(b []byte) int {
+	for i, c := range b {
+		if c != 0 {
+			return i
 		}
 	}
+	return -1
 }
 
 func TestDMBLimit(t *testing.T) {
 	d := openDevice(t, ism.Config{MaxDMBs: 2})
 	m1 := register(t, d, ism.MinDMBSize)
 	m2 := register(t, d, 64<<10)
-	if idx := []int{m1.Index(), m2.Index()}; idx[0] == idx[1] || idx[0] < 0 || idx[0] > 1 || idx[1] < 0 || idx[1] > 1 {
-		t.Fatalf("indexes %v, want 0 and 1", idx)
-	}
+	require.ElementsMatch(t, []int{0, 1}, []int{m1.Index(), m2.Index()}, "indexes")
 
 	m3, err := d.RegisterDMB(ism.MinDMBSize)
-	if !errors.Is(err, ism.ErrNoSpace) {
-		if err == nil {
-			d.UnregisterDMB(m3)
-		}
-		t.Fatalf("third RegisterDMB with MaxDMBs 2: %v, want ErrNoSpace", err)
+	if err == nil {
+		d.UnregisterDMB(m3)
 	}
-	if st := d.Stats(); st.RegisterFailures != 1 || st.DMBsRegistered != 2 || st.DMBsCreated != 2 {
-		t.Fatalf("stats after refusal: %+v", st)
-	}
+	require.ErrorIs(t, err, ism.ErrNoSpace, "third RegisterDMB with MaxDMBs 2")
+	st := d.Stats()
+	require.Equal(t, uint64(1), st.RegisterFailures, "register failures after the refusal")
+	require.Equal(t, 2, st.DMBsRegistered, "DMBs registered after the refusal")
+	require.Equal(t, uint64(2), st.DMBsCreated, "DMBs created after the refusal")
 
 	freed := m1.Index()
 	d.UnregisterDMB(m1)
 	m3 = register(t, d, ism.MinDMBSize)
-	if m3.Index() != freed {
-		t.Errorf("new DMB got index %d, want the freed slot %d", m3.Index(), freed)
-	}
+	assert.Equal(t, freed, m3.Index(), "new DMB's index: the freed slot")
 	// Unregistering m1 again must not free m3's slot.
 	d.UnregisterDMB(m1)
-	if m4, err := d.RegisterDMB(ism.MinDMBSize); !errors.Is(err, ism.ErrNoSpace) {
-		if err == nil {
-			d.UnregisterDMB(m4)
-		}
-		t.Fatalf("RegisterDMB after a double UnregisterDMB: %v, want ErrNoSpace", err)
+	m4, err := d.RegisterDMB(ism.MinDMBSize)
+	if err == nil {
+		d.UnregisterDMB(m4)
 	}
-	if st := d.Stats(); st.RegisterFailures != 2 || st.DMBsRegistered != 2 || st.DMBsCreated != 3 {
-		t.Fatalf("final stats: %+v", st)
-	}
+	require.ErrorIs(t, err, ism.ErrNoSpace, "RegisterDMB after a double UnregisterDMB")
+	st = d.Stats()
+	require.Equal(t, uint64(2), st.RegisterFailures, "final register failures")
+	require.Equal(t, 2, st.DMBsRegistered, "final DMBs registered")
+	require.Equal(t, uint64(3), st.DMBsCreated, "final DMBs created")
 }
 
 func TestTokensUniqueAndNonZero(t *testing.T) {
@@ -158,15 +142,9 @@ func TestTokensUniqueAndNonZero(t *testing.T) {
 	idx := make(map[int]bool, n)
 	for range n {
 		m := register(t, d, ism.MinDMBSize)
-		if m.Token() == 0 {
-			t.Fatal("DMB with token 0")
-		}
-		if seen[m.Token()] {
-			t.Fatalf("token %#x issued twice", m.Token())
-		}
-		if idx[m.Index()] {
-			t.Fatalf("index %d issued twice", m.Index())
-		}
+		require.NotZero(t, m.Token(), "DMB token")
+		require.False(t, seen[m.Token()], "token %#x issued twice", m.Token())
+		require.False(t, idx[m.Index()], "index %d issued twice", m.Index())
 		seen[m.Token()], idx[m.Index()] = true, true
 	}
 	// Tokens are random, not a counter: 200 consecutive values would be a counter.
@@ -174,22 +152,16 @@ func TestTokensUniqueAndNonZero(t *testing.T) {
 	for tok := range seen {
 		lo, hi = min(lo, tok), max(hi, tok)
 	}
-	if hi-lo < n*1000 {
-		t.Errorf("tokens span only [%#x, %#x]; they look sequential", lo, hi)
-	}
+	assert.GreaterOrEqual(t, hi-lo, uint64(n*1000), "tokens span only [%#x, %#x]; they look sequential", lo, hi)
 }
 
 func TestCloseUnblocksWaitersAndRefusesWork(t *testing.T) {
 	d, err := ism.Open(ism.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
 	peer := openDevice(t, ism.Config{})
 	m, err := d.RegisterDMB(ism.MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := attach(t, peer, d, m)
 	fill(m.Bytes(), 0x5a)
 
@@ -197,50 +169,30 @@ func TestCloseUnblocksWaitersAndRefusesWork(t *testing.T) {
 	go func() { waited <- m.Data.Wait() }()
 	shmtest.WaitParkedIn(t, "[select", "ism.(*Bell).Wait(")
 
-	if err := d.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	require.NoError(t, d.Close(), "Close")
 	select {
 	case err := <-waited:
-		if !errors.Is(err, net.ErrClosed) || !errors.Is(err, os.ErrClosed) {
-			t.Errorf("Wait after Close = %v, want net.ErrClosed", err)
-		}
+		assert.ErrorIs(t, err, net.ErrClosed, "Wait after Close")
+		assert.ErrorIs(t, err, os.ErrClosed, "Wait after Close")
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not release a goroutine waiting on a DMB doorbell")
 	}
 
-	if _, err := d.RegisterDMB(ism.MinDMBSize); !errors.Is(err, ism.ErrClosed) {
-		t.Errorf("RegisterDMB after Close: %v, want ErrClosed", err)
-	}
-	if err := d.QueryRemoteGID(peer.GID()); !errors.Is(err, ism.ErrClosed) {
-		t.Errorf("QueryRemoteGID after Close: %v, want ErrClosed", err)
-	}
-	if _, err := d.AttachDMB(peer.GID(), 1, ism.MinDMBSize); !errors.Is(err, ism.ErrClosed) {
-		t.Errorf("AttachDMB after Close: %v, want ErrClosed", err)
-	}
-	if err := d.SignalEvent(peer.GID(), ism.EventShutdown, 0); !errors.Is(err, ism.ErrClosed) {
-		t.Errorf("SignalEvent after Close: %v, want ErrClosed", err)
-	}
-	if st := d.Stats(); st.DMBsRegistered != 0 {
-		t.Errorf("%d DMBs registered after Close", st.DMBsRegistered)
-	}
-	if err := d.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
+	_, err = d.RegisterDMB(ism.MinDMBSize)
+	assert.ErrorIs(t, err, ism.ErrClosed, "RegisterDMB after Close")
+	assert.ErrorIs(t, d.QueryRemoteGID(peer.GID()), ism.ErrClosed, "QueryRemoteGID after Close")
+	_, err = d.AttachDMB(peer.GID(), 1, ism.MinDMBSize)
+	assert.ErrorIs(t, err, ism.ErrClosed, "AttachDMB after Close")
+	assert.ErrorIs(t, d.SignalEvent(peer.GID(), ism.EventShutdown, 0), ism.ErrClosed, "SignalEvent after Close")
+	assert.Zero(t, d.Stats().DMBsRegistered, "DMBs registered after Close")
+	assert.NoError(t, d.Close(), "second Close")
 	d.UnregisterDMB(m) // harmless after Close
 
 	// The peer's mapping outlives the owner's device: the memory is still there.
-	if j := checkPattern(r.Bytes(), 0, 0x5a); j >= 0 {
-		t.Fatalf("peer mapping changed at byte %d after the owner closed", j)
-	}
-	if err := r.MoveData(100, []byte("still mapped"), false); err != nil {
-		t.Fatalf("MoveData after the owner closed: %v", err)
-	}
+	require.Equal(t, -1, checkPattern(r.Bytes(), 0, 0x5a), "first byte of the peer mapping changed after the owner closed")
+	require.NoError(t, r.MoveData(100, []byte("still mapped"), false), "MoveData after the owner closed")
 	// But the closed device no longer answers.
-	if err := peer.QueryRemoteGID(d.GID()); !errors.Is(err, ism.ErrUnreachable) {
-		t.Errorf("QueryRemoteGID of a closed device: %v, want ErrUnreachable", err)
-	}
-	if _, err := peer.AttachDMB(d.GID(), m.Token(), m.Size()); !errors.Is(err, ism.ErrUnreachable) {
-		t.Errorf("AttachDMB on a closed device: %v, want ErrUnreachable", err)
-	}
+	assert.ErrorIs(t, peer.QueryRemoteGID(d.GID()), ism.ErrUnreachable, "QueryRemoteGID of a closed device")
+	_, err = peer.AttachDMB(d.GID(), m.Token(), m.Size())
+	assert.ErrorIs(t, err, ism.ErrUnreachable, "AttachDMB on a closed device")
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/smcloop/smcloop/ism"
 	"github.com/smcloop/smcloop/shm"
 )
@@ -13,9 +15,7 @@ import (
 func openDevice(t testing.TB, cfg ism.Config) *ism.Device {
 	t.Helper()
 	d, err := ism.Open(cfg)
-	if err != nil {
-		t.Fatalf("Open(%+v): %v", cfg, err)
-	}
+	require.NoError(t, err, "Open(%+v)", cfg)
 	t.Cleanup(func() { d.Close() })
 	return d
 }
@@ -24,9 +24,7 @@ func openDevice(t testing.TB, cfg ism.Config) *ism.Device {
 func register(t testing.TB, d *ism.Device, size int) *ism.DMB {
 	t.Helper()
 	m, err := d.RegisterDMB(size)
-	if err != nil {
-		t.Fatalf("RegisterDMB(%d): %v", size, err)
-	}
+	require.NoError(t, err, "RegisterDMB(%d)", size)
 	t.Cleanup(func() { d.UnregisterDMB(m) })
 	return m
 }
@@ -35,9 +33,7 @@ func register(t testing.TB, d *ism.Device, size int) *ism.DMB {
 func attach(t testing.TB, d, owner *ism.Device, m *ism.DMB) *ism.RemoteDMB {
 	t.Helper()
 	r, err := d.AttachDMB(owner.GID(), m.Token(), m.Size())
-	if err != nil {
-		t.Fatalf("AttachDMB(%s, %#x, %d): %v", owner.GID(), m.Token(), m.Size(), err)
-	}
+	require.NoError(t, err, "AttachDMB(%s, %#x, %d)", owner.GID(), m.Token(), m.Size())
 	t.Cleanup(r.Detach)
 	return r
 }
@@ -46,9 +42,8 @@ func attach(t testing.TB, d, owner *ism.Device, m *ism.DMB) *ism.RemoteDMB {
 func randomGID(t testing.TB) ism.GID {
 	t.Helper()
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
 	return ism.GID{Hi: binary.BigEndian.Uint64(b[:8]), Ext: binary.BigEndian.Uint64(b[8:]) | 1}
 }
 
@@ -74,8 +69,9 @@ func checkPattern(b []byte, base int, seed byte) int {
 func dmbMappings(t testing.TB) int {
 	t.Helper()
 	n, err := shm.CountMappings("smcloop-dmb")
-	if err != nil {
-		t.Fatalf("CountMappings: %v", err)
-	}
+	require.NoError(t, err, "CountMappings")
 	return n
 }
+
+// errOf is the error of a call that returns a value and an error.
+func errOf[T any](_ T, err error) error { return err }

@@ -3,7 +3,6 @@ package ism_test
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/ism"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // childEnv makes the re-executed test binary act as the peer process of
@@ -33,18 +34,12 @@ func TestCrossProcessAttach(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrossProcessChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the child: %v", err)
-	}
+	require.NoError(t, cmd.Start(), "starting the child")
 
 	// Everything the child prints is collected; its "ready" line is handed over.
 	var (
@@ -89,63 +84,37 @@ func TestCrossProcessAttach(t *testing.T) {
 	var gid ism.GID
 	var token uint64
 	var size int
-	if _, err := fmt.Sscanf(line, "ready %x %x %x %d", &gid.Hi, &gid.Ext, &token, &size); err != nil {
-		t.Fatalf("child said %q: %v", line, err)
-	}
+	require.NoError(t, errOf(fmt.Sscanf(line, "ready %x %x %x %d", &gid.Hi, &gid.Ext, &token, &size)), "child said %q", line)
 
 	d := openDevice(t, ism.Config{})
-	if err := d.QueryRemoteGID(gid); err != nil {
-		t.Fatalf("QueryRemoteGID of the child's device: %v", err)
-	}
-	if _, err := d.AttachDMB(gid, token^1, size); !errors.Is(err, ism.ErrNoDMB) {
-		t.Fatalf("AttachDMB with a wrong token: %v, want ErrNoDMB", err)
-	}
+	require.NoError(t, d.QueryRemoteGID(gid), "QueryRemoteGID of the child's device")
+	require.ErrorIs(t, errOf(d.AttachDMB(gid, token^1, size)), ism.ErrNoDMB, "AttachDMB with a wrong token")
 	r, err := d.AttachDMB(gid, token, size)
-	if err != nil {
-		t.Fatalf("AttachDMB of the child's DMB: %v", err)
-	}
+	require.NoError(t, err, "AttachDMB of the child's DMB")
 	defer r.Detach()
-	if j := checkPattern(r.Bytes(), 0, childSeed); j >= 0 {
-		t.Fatalf("child's DMB differs at byte %d", j)
-	}
+	require.Equal(t, -1, checkPattern(r.Bytes(), 0, childSeed), "first byte where the child's DMB differs")
 
 	// Move a span that ends at the last byte, and ring.
 	off, n := size-5000, 5000
 	p := make([]byte, n)
 	fill(p, parentSeed)
-	if err := r.MoveData(off, p, true); err != nil {
-		t.Fatalf("MoveData: %v", err)
-	}
-	if _, err := fmt.Fprintf(stdin, "moved %d %d\n", off, n); err != nil {
-		t.Fatalf("telling the child: %v", err)
-	}
+	require.NoError(t, r.MoveData(off, p, true), "MoveData")
+	require.NoError(t, errOf(fmt.Fprintf(stdin, "moved %d %d\n", off, n)), "telling the child")
 
 	go wait()
 	select {
 	case err := <-exited:
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, output())
-		}
+		require.NoError(t, err, "child:\n%s", output())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("child did not finish in 30s:\n%s", output())
 	}
-	if !strings.Contains(output(), "verified\n") {
-		t.Fatalf("child exited without verifying:\n%s", output())
-	}
+	require.Contains(t, output(), "verified\n", "child exited without verifying")
 
 	// The child and its device are gone, yet the mapping keeps the memory alive.
-	if j := checkPattern(r.Bytes()[:off], 0, childSeed); j >= 0 {
-		t.Errorf("after the child exited, byte %d changed", j)
-	}
-	if !bytes.Equal(r.Bytes()[off:], p) {
-		t.Errorf("after the child exited, the moved span changed")
-	}
-	if err := d.QueryRemoteGID(gid); !errors.Is(err, ism.ErrUnreachable) {
-		t.Errorf("QueryRemoteGID of the exited child: %v, want ErrUnreachable", err)
-	}
-	if st := d.Stats(); st.AttachesMade != 1 {
-		t.Errorf("AttachesMade = %d, want 1", st.AttachesMade)
-	}
+	assert.Equal(t, -1, checkPattern(r.Bytes()[:off], 0, childSeed), "first byte changed after the child exited")
+	assert.Equal(t, p, r.Bytes()[off:], "the moved span after the child exited")
+	assert.ErrorIs(t, d.QueryRemoteGID(gid), ism.ErrUnreachable, "QueryRemoteGID of the exited child")
+	assert.Equal(t, uint64(1), d.Stats().AttachesMade, "AttachesMade")
 }
 
 // TestCrossProcessChild is the child of TestCrossProcessAttach; run directly it skips.
@@ -154,48 +123,26 @@ func TestCrossProcessChild(t *testing.T) {
 		t.Skip("child process of TestCrossProcessAttach")
 	}
 	d, err := ism.Open(ism.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer d.Close()
 	m, err := d.RegisterDMB(64 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fill(m.Bytes(), childSeed)
 	g := d.GID()
 	fmt.Printf("ready %016x %016x %016x %d\n", g.Hi, g.Ext, m.Token(), m.Size())
 
 	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading stdin: %v (%q)", err, line)
-	}
+	require.NoError(t, err, "reading stdin (%q)", line)
 	var off, n int
-	if _, err := fmt.Sscanf(line, "moved %d %d", &off, &n); err != nil {
-		t.Fatalf("parent said %q: %v", line, err)
-	}
+	require.NoError(t, errOf(fmt.Sscanf(line, "moved %d %d", &off, &n)), "parent said %q", line)
 	// The parent rang before it wrote to stdin, so the ring is already there.
-	if !m.Data.TryConsume() {
-		t.Fatal("data doorbell not rung by the parent's MoveData")
-	}
-	if m.Space.TryConsume() {
-		t.Fatal("space doorbell rung, but the parent only moved data")
-	}
+	require.True(t, m.Data.TryConsume(), "data doorbell not rung by the parent's MoveData")
+	require.False(t, m.Space.TryConsume(), "space doorbell rung, but the parent only moved data")
 	mem := m.Bytes()
-	if off < 0 || n < 0 || off+n > len(mem) {
-		t.Fatalf("span %d+%d outside the DMB", off, n)
-	}
-	if j := checkPattern(mem[:off], 0, childSeed); j >= 0 {
-		t.Fatalf("byte %d before the moved span changed", j)
-	}
-	if j := checkPattern(mem[off:off+n], 0, parentSeed); j >= 0 {
-		t.Fatalf("moved span differs at its byte %d", j)
-	}
-	if j := checkPattern(mem[off+n:], off+n, childSeed); j >= 0 {
-		t.Fatalf("byte %d after the moved span changed", j)
-	}
-	if st := d.Stats(); st.AttachesServed != 1 {
-		t.Fatalf("AttachesServed = %d, want 1", st.AttachesServed)
-	}
+	require.True(t, off >= 0 && n >= 0 && off+n <= len(mem), "span %d+%d outside the DMB", off, n)
+	require.Equal(t, -1, checkPattern(mem[:off], 0, childSeed), "first byte changed before the moved span")
+	require.Equal(t, -1, checkPattern(mem[off:off+n], 0, parentSeed), "first byte where the moved span differs")
+	require.Equal(t, -1, checkPattern(mem[off+n:], off+n, childSeed), "first byte changed after the moved span")
+	require.Equal(t, uint64(1), d.Stats().AttachesServed, "AttachesServed")
 	fmt.Println("verified")
 }

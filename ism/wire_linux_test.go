@@ -85,9 +85,7 @@ func newFakeDevice(t *testing.T, reply func(req wireMsg) ([]byte, []int)) *fakeD
 	t.Helper()
 	f := &fakeDevice{gid: GID{0xFA4E, uint64(time.Now().UnixNano())}}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: f.gid.socketName(), Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f.ln = ln
 	f.idle = sync.NewCond(&f.mu)
 	f.wg.Add(1)
@@ -164,9 +162,7 @@ func (f *fakeDevice) acceptCount() int {
 func openTestDevice(t *testing.T) *Device {
 	t.Helper()
 	d, err := Open(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
 	return d
 }
@@ -174,9 +170,7 @@ func openTestDevice(t *testing.T) *Device {
 func countFDs(t *testing.T) int {
 	t.Helper()
 	n, err := shm.OpenFDs()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return n
 }
 
@@ -193,9 +187,7 @@ func TestQueryRefusesBadReplies(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := openTestDevice(t)
 			f := newFakeDevice(t, func(wireMsg) ([]byte, []int) { return tc.reply, nil })
-			if err := d.QueryRemoteGID(f.gid); !errors.Is(err, ErrUnreachable) {
-				t.Fatalf("QueryRemoteGID = %v, want ErrUnreachable", err)
-			}
+			require.ErrorIs(t, d.QueryRemoteGID(f.gid), ErrUnreachable, "QueryRemoteGID")
 			if got := f.acceptCount(); got != tc.conns {
 				t.Errorf("%d connections to the fake device, want %d", got, tc.conns)
 			}
@@ -209,23 +201,15 @@ func TestQueryRefusesBadReplies(t *testing.T) {
 func TestAttachRefusesHostileReplies(t *testing.T) {
 	const size = 32 << 10
 	good, err := shm.NewRegion("hostile-good", size)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer good.Close()
 	small, err := shm.NewRegion("hostile-small", MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer small.Close()
 	unsealed, err := unix.MemfdCreate("hostile-unsealed", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer unix.Close(unsealed)
-	if err := unix.Ftruncate(unsealed, size); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, unix.Ftruncate(unsealed, size))
 	// A well-formed signal channel: a stream socket end and a sealed bitmap.
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
@@ -295,16 +279,12 @@ func TestAttachRefusesHostileReplies(t *testing.T) {
 				return wireMsg{op: statusOK}.marshal(), nil
 			})
 			// Connect first, so the baseline counts the device-to-device connection.
-			if err := d.QueryRemoteGID(f.gid); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, d.QueryRemoteGID(f.gid))
 			mu.Lock()
 			attaching = true
 			mu.Unlock()
 			fds, err := shm.CountMappings("hostile-")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			base := countFDs(t)
 			r, err := d.AttachDMB(f.gid, 0x1234, size)
 			if err == nil {
@@ -355,9 +335,7 @@ func TestHungPeerDevice(t *testing.T) {
 func dialDevice(t *testing.T, d *Device) *net.UnixConn {
 	t.Helper()
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: d.gid.socketName(), Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -419,14 +397,10 @@ func TestDeviceAnswersRawRequests(t *testing.T) {
 // never reads the replies must not stop the owner from using its own device.
 func TestPeerThatNeverReadsDoesNotWedgeDevice(t *testing.T) {
 	d, err := Open(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { d.Close() })
 	m, err := d.RegisterDMB(MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c := dialDevice(t, d) // closed before the device by the cleanup order
 	req := wireMsg{op: opAttach, token: m.Token(), size: MinDMBSize, from: d.GID()}.marshal()
 	c.SetWriteDeadline(time.Now().Add(time.Second))

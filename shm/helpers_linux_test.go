@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -13,9 +15,7 @@ import (
 func socketPair(t testing.TB, typ int) (*net.UnixConn, *net.UnixConn) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("socketpair: %v", err)
-	}
+	require.NoError(t, err, "socketpair")
 	return fileConn(t, fds[0]), fileConn(t, fds[1])
 }
 
@@ -25,14 +25,12 @@ func fileConn(t testing.TB, fd int) *net.UnixConn {
 	f := os.NewFile(uintptr(fd), "socket")
 	c, err := net.FileConn(f) // dups the descriptor
 	f.Close()
-	if err != nil {
-		t.Fatalf("FileConn: %v", err)
-	}
+	require.NoError(t, err, "FileConn")
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		c.Close()
-		t.Fatalf("FileConn returned %T, want *net.UnixConn", c)
 	}
+	require.True(t, ok, "FileConn returned %T, want *net.UnixConn", c)
 	t.Cleanup(func() { uc.Close() })
 	return uc
 }
@@ -48,19 +46,16 @@ func fdOpen(fd int) bool {
 func dupFd(t testing.TB, fd int) int {
 	t.Helper()
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("dup fd %d: %v", fd, err)
-	}
+	require.NoError(t, err, "dup fd %d", fd)
 	return dup
 }
 
 func requireCloexec(t testing.TB, fd int) {
 	t.Helper()
 	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
-	if err != nil {
-		t.Fatalf("F_GETFD fd %d: %v", fd, err)
-	}
-	if flags&unix.FD_CLOEXEC == 0 {
-		t.Errorf("fd %d is not close-on-exec", fd)
-	}
+	require.NoError(t, err, "F_GETFD fd %d", fd)
+	assert.NotZero(t, flags&unix.FD_CLOEXEC, "fd %d close-on-exec", fd)
 }
+
+// errOf is the error of a call that returns a value and an error.
+func errOf[T any](_ T, err error) error { return err }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/smcloop/smcloop/shm"
 	"github.com/smcloop/smcloop/shm/shmtest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,46 +19,24 @@ func TestNoLeaks(t *testing.T) {
 
 	cycle := func() {
 		r, err := shm.NewRegion(name, page)
-		if err != nil {
-			t.Fatalf("NewRegion: %v", err)
-		}
+		require.NoError(t, err, "NewRegion")
 		d, err := shm.NewDoorbell()
-		if err != nil {
-			t.Fatalf("NewDoorbell: %v", err)
-		}
-		if err := shm.SendFds(a, []byte("r"), r.Fd(), d.Fd()); err != nil {
-			t.Fatalf("SendFds: %v", err)
-		}
+		require.NoError(t, err, "NewDoorbell")
+		require.NoError(t, shm.SendFds(a, []byte("r"), r.Fd(), d.Fd()), "SendFds")
 		_, fds, err := shm.RecvFds(b, buf, 2)
-		if err != nil {
-			t.Fatalf("RecvFds: %v", err)
-		}
+		require.NoError(t, err, "RecvFds")
 		m, err := shm.MapRegion(fds[0], page)
-		if err != nil {
-			t.Fatalf("MapRegion: %v", err)
-		}
+		require.NoError(t, err, "MapRegion")
 		pd, err := shm.DoorbellFromFd(fds[1])
-		if err != nil {
-			t.Fatalf("DoorbellFromFd: %v", err)
-		}
+		require.NoError(t, err, "DoorbellFromFd")
 		m.Bytes()[0] = 1
-		if err := pd.Ring(); err != nil {
-			t.Fatalf("Ring: %v", err)
-		}
-		if err := d.Wait(); err != nil {
-			t.Fatalf("Wait: %v", err)
-		}
-		if r.Bytes()[0] != 1 {
-			t.Fatal("write through the received mapping not seen")
-		}
+		require.NoError(t, pd.Ring(), "Ring")
+		require.NoError(t, d.Wait(), "Wait")
+		require.Equal(t, byte(1), r.Bytes()[0], "write through the received mapping")
 		// A refused region must not leak either.
-		if _, err := shm.MapRegion(dupFd(t, r.Fd()), 2*page); err == nil {
-			t.Fatal("MapRegion with the wrong size succeeded")
-		}
+		require.Error(t, errOf(shm.MapRegion(dupFd(t, r.Fd()), 2*page)), "MapRegion with the wrong size")
 		for _, c := range []interface{ Close() error }{m, pd, r, d} {
-			if err := c.Close(); err != nil {
-				t.Fatalf("Close: %v", err)
-			}
+			require.NoError(t, c.Close(), "Close")
 		}
 	}
 
@@ -65,7 +45,6 @@ func TestNoLeaks(t *testing.T) {
 	for range 200 {
 		cycle()
 	}
-	if fds, maps := shmtest.OpenFDs(t), countMappings(t, name); fds != fds0 || maps != maps0 {
-		t.Errorf("after 200 cycles: %d descriptors and %d mappings, want %d and %d", fds, maps, fds0, maps0)
-	}
+	assert.Equal(t, fds0, shmtest.OpenFDs(t), "descriptors after 200 cycles")
+	assert.Equal(t, maps0, countMappings(t, name), "mappings after 200 cycles")
 }

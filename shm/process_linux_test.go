@@ -39,17 +39,13 @@ func TestCrossProcess(t *testing.T) {
 	d := newDoorbell(t)
 	copy(r.Bytes(), "parent")
 	msg := binary.LittleEndian.AppendUint64(nil, uint64(size))
-	if err := shm.SendFds(conn, msg, r.Fd(), d.Fd()); err != nil {
-		t.Fatalf("SendFds: %v", err)
-	}
+	require.NoError(t, shm.SendFds(conn, msg, r.Fd(), d.Fd()), "SendFds")
 
 	rung := make(chan error, 1)
 	go func() { rung <- d.Wait() }()
 	select {
 	case err := <-rung:
-		if err != nil {
-			t.Fatalf("Wait for the child's ring: %v", err)
-		}
+		require.NoError(t, err, "Wait for the child's ring")
 	case <-exited:
 		// The child cannot exit successfully before it has been rung back.
 		d.Close()
@@ -69,13 +65,9 @@ func TestCrossProcess(t *testing.T) {
 		t.Fatalf("receiving the child's doorbell: %q, %v, %v", buf[:n], cfds, err)
 	}
 	cd, err := shm.DoorbellFromFd(cfds[0])
-	if err != nil {
-		t.Fatalf("DoorbellFromFd: %v", err)
-	}
+	require.NoError(t, err, "DoorbellFromFd")
 	defer cd.Close()
-	if err := cd.Ring(); err != nil {
-		t.Fatalf("ringing the child: %v", err)
-	}
+	require.NoError(t, cd.Ring(), "ringing the child")
 	<-exited
 	if c.exitErr != nil {
 		t.Fatalf("child: %v\n%s", c.exitErr, out.String())
@@ -209,9 +201,7 @@ func TestHelperProcess(t *testing.T) {
 	defer conn.Close()
 
 	cred, err := shm.PeerCred(conn)
-	if err != nil {
-		t.Fatalf("PeerCred: %v", err)
-	}
+	require.NoError(t, err, "PeerCred")
 	if int(cred.Pid) != os.Getppid() {
 		t.Fatalf("peer pid %d, want the parent %d", cred.Pid, os.Getppid())
 	}
@@ -232,9 +222,7 @@ func TestHelperProcess(t *testing.T) {
 	}
 	defer r.Close()
 	d, err := shm.DoorbellFromFd(fds[1])
-	if err != nil {
-		t.Fatalf("DoorbellFromFd: %v", err)
-	}
+	require.NoError(t, err, "DoorbellFromFd")
 	defer d.Close()
 
 	b := r.Bytes()
@@ -245,20 +233,10 @@ func TestHelperProcess(t *testing.T) {
 		b[i] = pattern(i)
 	}
 	mine, err := shm.NewDoorbell()
-	if err != nil {
-		t.Fatalf("NewDoorbell: %v", err)
-	}
+	require.NoError(t, err, "NewDoorbell")
 	defer mine.Close()
-	if err := d.Ring(); err != nil {
-		t.Fatalf("Ring: %v", err)
-	}
-	if err := shm.SendFds(conn, []byte("ok"), mine.Fd()); err != nil {
-		t.Fatalf("SendFds: %v", err)
-	}
-	if err := mine.SetDeadline(time.Now().Add(time.Minute)); err != nil {
-		t.Fatalf("SetDeadline: %v", err)
-	}
-	if err := mine.Wait(); err != nil {
-		t.Fatalf("waiting for the parent's ring: %v", err)
-	}
+	require.NoError(t, d.Ring(), "Ring")
+	require.NoError(t, shm.SendFds(conn, []byte("ok"), mine.Fd()), "SendFds")
+	require.NoError(t, mine.SetDeadline(time.Now().Add(time.Minute)), "SetDeadline")
+	require.NoError(t, mine.Wait(), "waiting for the parent's ring")
 }

@@ -1,7 +1,6 @@
 package shm_test
 
 import (
-	"errors"
 	"os"
 	"testing"
 
@@ -17,9 +16,7 @@ var page = os.Getpagesize()
 func newRegion(t testing.TB, name string, size int) *shm.Region {
 	t.Helper()
 	r, err := shm.NewRegion(name, size)
-	if err != nil {
-		t.Fatalf("NewRegion(%q, %d): %v", name, size, err)
-	}
+	require.NoError(t, err, "NewRegion(%q, %d)", name, size)
 	t.Cleanup(func() { r.Close() })
 	return r
 }
@@ -27,44 +24,27 @@ func newRegion(t testing.TB, name string, size int) *shm.Region {
 func countMappings(t testing.TB, substr string) int {
 	t.Helper()
 	n, err := shm.CountMappings(substr)
-	if err != nil {
-		t.Fatalf("CountMappings: %v", err)
-	}
+	require.NoError(t, err, "CountMappings")
 	return n
 }
 
 func TestNewRegion(t *testing.T) {
 	size := 4 * page
 	r := newRegion(t, "shm-test-new", size)
-	if r.Size() != size || len(r.Bytes()) != size {
-		t.Fatalf("Size() = %d, len(Bytes()) = %d, want %d", r.Size(), len(r.Bytes()), size)
-	}
-	for i, b := range r.Bytes() {
-		if b != 0 {
-			t.Fatalf("new region byte %d = %#x, want 0", i, b)
-		}
-	}
+	require.Equal(t, size, r.Size(), "Size()")
+	require.Len(t, r.Bytes(), size)
+	require.Equal(t, make([]byte, size), r.Bytes(), "a new region is zeroed")
 	requireCloexec(t, r.Fd())
-	if n := countMappings(t, "/memfd:shm-test-new (deleted)"); n != 1 {
-		t.Errorf("%d mappings of the memfd, want 1", n)
-	}
+	assert.Equal(t, 1, countMappings(t, "/memfd:shm-test-new (deleted)"), "mappings of the memfd")
 
 	seals, err := unix.FcntlInt(uintptr(r.Fd()), unix.F_GET_SEALS, 0)
-	if err != nil {
-		t.Fatalf("F_GET_SEALS: %v", err)
-	}
+	require.NoError(t, err, "F_GET_SEALS")
 	want := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
-	if seals != want {
-		t.Errorf("seals = %#x, want %#x", seals, want)
-	}
+	assert.Equal(t, want, seals, "seals")
 	for _, sz := range []int64{int64(size) - int64(page), int64(size) + int64(page), 0} {
-		if err := unix.Ftruncate(r.Fd(), sz); !errors.Is(err, unix.EPERM) {
-			t.Errorf("ftruncate sealed memfd to %d: %v, want EPERM", sz, err)
-		}
+		assert.ErrorIs(t, unix.Ftruncate(r.Fd(), sz), unix.EPERM, "ftruncate sealed memfd to %d", sz)
 	}
-	if _, err := unix.FcntlInt(uintptr(r.Fd()), unix.F_ADD_SEALS, unix.F_SEAL_WRITE); !errors.Is(err, unix.EPERM) {
-		t.Errorf("adding a seal after F_SEAL_SEAL: %v, want EPERM", err)
-	}
+	assert.ErrorIs(t, errOf(unix.FcntlInt(uintptr(r.Fd()), unix.F_ADD_SEALS, unix.F_SEAL_WRITE)), unix.EPERM, "adding a seal after F_SEAL_SEAL")
 }
 
 // TestRegionAnySize maps a region of a size that is not whole pages on both
@@ -99,10 +79,11 @@ func TestRegionAnySize(t *testing.T) {
 
 func TestNewRegionBadSize(t *testing.T) {
 	for _, size := range []int{0, -page, 1, page / 2, page + 1, 3*page - 8} {
-		if r, err := shm.NewRegion("shm-test-bad", size); err == nil {
+		r, err := shm.NewRegion("shm-test-bad", size)
+		if err == nil {
 			r.Close()
-			t.Errorf("NewRegion(size %d) succeeded, want error", size)
 		}
+		assert.Error(t, err, "NewRegion(size %d)", size)
 	}
 }
 
@@ -115,69 +96,44 @@ func TestRegionSharedThroughFd(t *testing.T) {
 	r := newRegion(t, name, size)
 	dup := dupFd(t, r.Fd())
 	m, err := shm.MapRegion(dup, size)
-	if err != nil {
-		t.Fatalf("MapRegion: %v", err)
-	}
+	require.NoError(t, err, "MapRegion")
 	defer m.Close()
-	if fdOpen(dup) {
-		t.Errorf("MapRegion left fd %d open", dup)
-	}
-	if m.Fd() != -1 || m.Size() != size || len(m.Bytes()) != size {
-		t.Errorf("mapped region: Fd() = %d, Size() = %d, len(Bytes()) = %d; want -1, %d, %d",
-			m.Fd(), m.Size(), len(m.Bytes()), size, size)
-	}
-	if n := countMappings(t, "/memfd:"+name+" "); n != 2 {
-		t.Errorf("%d mappings of the memfd, want 2", n)
-	}
+	assert.False(t, fdOpen(dup), "MapRegion left fd %d open", dup)
+	assert.Equal(t, -1, m.Fd(), "a mapped region's Fd()")
+	assert.Equal(t, size, m.Size(), "Size()")
+	assert.Len(t, m.Bytes(), size)
+	assert.Equal(t, 2, countMappings(t, "/memfd:"+name+" "), "mappings of the memfd")
 
 	a, b := r.Bytes(), m.Bytes()
 	for i := range a {
 		a[i] = byte(i*31 + 7)
 	}
-	for i := range b {
-		if b[i] != byte(i*31+7) {
-			t.Fatalf("mapped byte %d = %#x, want %#x", i, b[i], byte(i*31+7))
-		}
-	}
+	require.Equal(t, a, b, "the mapped region's bytes")
 	b[size-1] = 0x5a
-	if a[size-1] != 0x5a {
-		t.Fatalf("write through the mapped region not seen by the creator")
-	}
+	require.Equal(t, byte(0x5a), a[size-1], "write through the mapped region seen by the creator")
 
 	// The mapping alone keeps the memory alive.
-	if err := r.Close(); err != nil {
-		t.Fatalf("Close creator: %v", err)
-	}
+	require.NoError(t, r.Close(), "Close creator")
 	b[0] = 0xa5
-	if b[0] != 0xa5 || b[1] != byte(1*31+7) {
-		t.Fatalf("mapped region lost its contents after the creator closed")
-	}
-	if n := countMappings(t, "/memfd:"+name+" "); n != 1 {
-		t.Errorf("%d mappings after closing the creator, want 1", n)
-	}
-	if err := m.Close(); err != nil {
-		t.Fatalf("Close mapped: %v", err)
-	}
-	if n := countMappings(t, "/memfd:"+name+" "); n != 0 {
-		t.Errorf("%d mappings after closing both, want 0", n)
-	}
+	require.Equal(t, []byte{0xa5, 1*31 + 7}, b[:2], "the mapped region's contents after the creator closed")
+	assert.Equal(t, 1, countMappings(t, "/memfd:"+name+" "), "mappings after closing the creator")
+	require.NoError(t, m.Close(), "Close mapped")
+	assert.Zero(t, countMappings(t, "/memfd:"+name+" "), "mappings after closing both")
 }
 
 func TestMapRegionRefuses(t *testing.T) {
 	size := 2 * page
 	memfd := func(t *testing.T, flags, seals int) int {
 		fd, err := unix.MemfdCreate("shm-test-raw", flags)
-		if err != nil {
-			t.Fatalf("memfd_create: %v", err)
-		}
+		require.NoError(t, err, "memfd_create")
 		if err := unix.Ftruncate(fd, int64(size)); err != nil {
 			unix.Close(fd)
-			t.Fatalf("ftruncate: %v", err)
+			require.NoError(t, err, "ftruncate")
 		}
 		if seals != 0 {
 			if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 				unix.Close(fd)
-				t.Fatalf("F_ADD_SEALS: %v", err)
+				require.NoError(t, err, "F_ADD_SEALS")
 			}
 		}
 		return fd
@@ -224,9 +180,7 @@ func TestMapRegionRefuses(t *testing.T) {
 			name: "pipe",
 			fd: func(t *testing.T) int {
 				var p [2]int
-				if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-					t.Fatalf("pipe: %v", err)
-				}
+				require.NoError(t, unix.Pipe2(p[:], unix.O_CLOEXEC), "pipe")
 				unix.Close(p[1])
 				return p[0]
 			},
@@ -237,9 +191,7 @@ func TestMapRegionRefuses(t *testing.T) {
 			name: "eventfd",
 			fd: func(t *testing.T) int {
 				fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-				if err != nil {
-					t.Fatalf("eventfd: %v", err)
-				}
+				require.NoError(t, err, "eventfd")
 				return fd
 			},
 			size:   size,
@@ -252,14 +204,11 @@ func TestMapRegionRefuses(t *testing.T) {
 			m, err := shm.MapRegion(fd, tt.size)
 			if err == nil {
 				m.Close()
-				t.Fatalf("MapRegion succeeded, want %v", tt.reason)
 			}
-			if !errors.Is(err, tt.reason) {
-				t.Errorf("MapRegion: %v, want %v", err, tt.reason)
-			}
+			require.ErrorIs(t, err, tt.reason, "MapRegion")
 			var re *shm.RegionError
-			if !errors.As(err, &re) || re.Fd != fd {
-				t.Errorf("MapRegion error %#v is not a *RegionError for fd %d", err, fd)
+			if assert.ErrorAs(t, err, &re) {
+				assert.Equal(t, fd, re.Fd, "RegionError.Fd")
 			}
 			if fdOpen(fd) {
 				unix.Close(fd)
@@ -272,45 +221,34 @@ func TestMapRegionRefuses(t *testing.T) {
 	t.Run("size mismatch fields", func(t *testing.T) {
 		_, err := shm.MapRegion(dupFd(t, newRegion(t, "shm-test-size", size).Fd()), 4*size)
 		var re *shm.RegionError
-		if !errors.As(err, &re) || re.Got != int64(size) || re.Want != int64(4*size) {
-			t.Errorf("MapRegion: %#v, want RegionError Got %d Want %d", err, size, 4*size)
-		}
+		require.ErrorAs(t, err, &re)
+		assert.Equal(t, int64(size), re.Got, "RegionError.Got")
+		assert.Equal(t, int64(4*size), re.Want, "RegionError.Want")
 	})
 	t.Run("bad size closes fd", func(t *testing.T) {
 		fd := dupFd(t, newRegion(t, "shm-test-size", size).Fd())
-		if _, err := shm.MapRegion(fd, size+1); err == nil {
-			t.Fatalf("MapRegion(size %d) succeeded", size+1)
-		}
+		require.Error(t, errOf(shm.MapRegion(fd, size+1)), "MapRegion(size %d)", size+1)
 		if fdOpen(fd) {
 			unix.Close(fd)
 			t.Errorf("fd %d left open", fd)
 		}
 	})
 	t.Run("negative fd", func(t *testing.T) {
-		if _, err := shm.MapRegion(-1, size); err == nil {
-			t.Fatal("MapRegion(-1) succeeded")
-		}
+		require.Error(t, errOf(shm.MapRegion(-1, size)), "MapRegion(-1)")
 	})
 }
 
 func TestRegionCloseIdempotent(t *testing.T) {
 	r := newRegion(t, "shm-test-close", page)
 	m, err := shm.MapRegion(dupFd(t, r.Fd()), page)
-	if err != nil {
-		t.Fatalf("MapRegion: %v", err)
-	}
+	require.NoError(t, err, "MapRegion")
 	fd := r.Fd()
 	for _, reg := range []*shm.Region{r, m} {
 		for i := range 3 {
-			if err := reg.Close(); err != nil {
-				t.Errorf("Close #%d: %v", i+1, err)
-			}
+			assert.NoError(t, reg.Close(), "Close #%d", i+1)
 		}
-		if reg.Bytes() != nil || reg.Fd() != -1 {
-			t.Errorf("after Close: Bytes() = %d bytes, Fd() = %d; want nil, -1", len(reg.Bytes()), reg.Fd())
-		}
+		assert.Nil(t, reg.Bytes(), "Bytes() after Close")
+		assert.Equal(t, -1, reg.Fd(), "Fd() after Close")
 	}
-	if fdOpen(fd) {
-		t.Errorf("memfd %d still open after Close", fd)
-	}
+	assert.False(t, fdOpen(fd), "memfd %d still open after Close", fd)
 }

@@ -6,14 +6,20 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/smcloop/smcloop/shm"
 )
 
 func TestUnsupported(t *testing.T) {
-	if _, err := shm.NewRegion("x", 4096); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("NewRegion: %v, want ErrUnsupported", err)
-	}
-	if _, err := shm.NewDoorbell(); !errors.Is(err, shm.ErrUnsupported) {
-		t.Errorf("NewDoorbell: %v, want ErrUnsupported", err)
-	}
+	_, err := shm.NewRegion("x", 4096)
+	assert.ErrorIs(t, err, errors.ErrUnsupported, "NewRegion")
+	_, err = shm.NewRegionAnySize("x", 64)
+	assert.ErrorIs(t, err, shm.ErrUnsupported, "NewRegionAnySize")
+	_, err = shm.NewDoorbell()
+	assert.ErrorIs(t, err, shm.ErrUnsupported, "NewDoorbell")
+	_, err = shm.ReadFds(nil, nil, 1)
+	assert.ErrorIs(t, err, shm.ErrUnsupported, "ReadFds")
+	_, err = shm.PeerCred(nil)
+	assert.ErrorIs(t, err, shm.ErrUnsupported, "PeerCred")
 }

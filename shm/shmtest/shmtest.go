@@ -8,15 +8,14 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/shm"
+	"github.com/stretchr/testify/require"
 )
 
 // OpenFDs returns the number of descriptors this process has open.
 func OpenFDs(t testing.TB) int {
 	t.Helper()
 	n, err := shm.OpenFDs()
-	if err != nil {
-		t.Fatalf("OpenFDs: %v", err)
-	}
+	require.NoError(t, err, "OpenFDs")
 	return n
 }
 
