@@ -31,4 +31,11 @@
 //
 // Nothing survives the processes: a memfd lives only as long as some fd or mapping of it,
 // so DMB memory disappears when the last process holding it exits, however it exits.
+//
+// # Platforms
+//
+// The device needs Linux: memfd seals, SO_PEERCRED, epoll and abstract unix sockets. Its
+// system calls are in sys_linux.go; on other systems the package builds with the same
+// API and Open returns ErrUnsupported (matching errors.ErrUnsupported), so there is no
+// device and an SMC-D user falls back to TCP, as the kernel does without an ISM device.
 package ism
