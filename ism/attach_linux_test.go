@@ -2,7 +2,6 @@ package ism_test
 
 import (
 	"bytes"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -21,9 +20,7 @@ func TestQueryRemoteGID(t *testing.T) {
 		name     string
 		from, to *ism.Device
 	}{{"a->b", a, b}, {"b->a", b, a}, {"a->a", a, a}} {
-		if err := q.from.QueryRemoteGID(q.to.GID()); err != nil {
-			t.Errorf("%s: QueryRemoteGID of a live device: %v", q.name, err)
-		}
+		assert.NoError(t, q.from.QueryRemoteGID(q.to.GID()), "%s: QueryRemoteGID of a live device", q.name)
 	}
 	assert.ErrorIs(t, a.QueryRemoteGID(randomGID(t)), ism.ErrUnreachable, "QueryRemoteGID of a random GID")
 	assert.ErrorIs(t, a.QueryRemoteGID(ism.GID{}), ism.ErrUnreachable, "QueryRemoteGID of the zero GID")
@@ -64,22 +61,18 @@ func TestAttachRefusals(t *testing.T) {
 		r, err := peer.AttachDMB(tc.gid, tc.token, tc.size)
 		if err == nil {
 			r.Detach()
-			t.Errorf("%s: AttachDMB succeeded", tc.name)
+		}
+		if !assert.Error(t, err, "%s: AttachDMB", tc.name) {
 			continue
 		}
-		if tc.want != nil && !errors.Is(err, tc.want) {
-			t.Errorf("%s: AttachDMB = %v, want %v", tc.name, err, tc.want)
+		if tc.want != nil {
+			assert.ErrorIs(t, err, tc.want, "%s: AttachDMB", tc.name)
+		} else {
+			assert.NotErrorIs(t, err, ism.ErrNoDMB, "%s: AttachDMB: the token exists, only the size is wrong", tc.name)
 		}
-		if tc.want == nil && errors.Is(err, ism.ErrNoDMB) {
-			t.Errorf("%s: AttachDMB = %v; the token exists, only the size is wrong", tc.name, err)
-		}
 	}
-	if st := peer.Stats(); st.AttachesMade != 0 {
-		t.Errorf("peer counted %d attaches after refusals only", st.AttachesMade)
-	}
-	if st := owner.Stats(); st.AttachesServed != 0 {
-		t.Errorf("owner counted %d attaches served after refusals only", st.AttachesServed)
-	}
+	assert.Zero(t, peer.Stats().AttachesMade, "peer's attaches made after refusals only")
+	assert.Zero(t, owner.Stats().AttachesServed, "owner's attaches served after refusals only")
 }
 
 func TestAttachMapsTheSameMemory(t *testing.T) {
@@ -88,12 +81,10 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 	m := register(t, owner, 64<<10)
 	r := attach(t, peer, owner, m)
 
-	if r.Token() != m.Token() || r.Size() != m.Size() || len(r.Bytes()) != m.Size() {
-		t.Fatalf("remote: token %#x size %d len %d; want %#x, %d", r.Token(), r.Size(), len(r.Bytes()), m.Token(), m.Size())
-	}
-	if &r.Bytes()[0] == &m.Bytes()[0] {
-		t.Fatal("the remote DMB is the owner's slice, not a mapping of its own")
-	}
+	require.Equal(t, m.Token(), r.Token(), "remote DMB's token")
+	require.Equal(t, m.Size(), r.Size(), "remote DMB's size")
+	require.Len(t, r.Bytes(), m.Size())
+	require.NotSame(t, &m.Bytes()[0], &r.Bytes()[0], "the remote DMB is the owner's slice, not a mapping of its own")
 	fill(m.Bytes(), 0x11)
 	require.Equal(t, -1, checkPattern(r.Bytes(), 0, 0x11), "first byte where the attacher does not see the owner's write")
 	fill(r.Bytes(), 0x22)
@@ -110,19 +101,12 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 		{"Space attacher->owner", r.Space, m.Space},
 		{"Data owner->owner", m.Data, m.Data},
 	} {
-		if bell.check.TryConsume() {
-			t.Fatalf("%s: rung before the test rang it", bell.name)
-		}
-		if err := bell.ring.Ring(); err != nil {
-			t.Fatalf("%s: Ring: %v", bell.name, err)
-		}
-		if !bell.check.TryConsume() {
-			t.Errorf("%s: ring not seen", bell.name)
-		}
+		require.False(t, bell.check.TryConsume(), "%s: rung before the test rang it", bell.name)
+		require.NoError(t, bell.ring.Ring(), "%s: Ring", bell.name)
+		assert.True(t, bell.check.TryConsume(), "%s: ring seen", bell.name)
 	}
-	if m.Data.TryConsume() || m.Space.TryConsume() {
-		t.Error("a doorbell is still rung after being consumed")
-	}
+	assert.False(t, m.Data.TryConsume(), "the data doorbell is still rung after being consumed")
+	assert.False(t, m.Space.TryConsume(), "the space doorbell is still rung after being consumed")
 	// The attacher's ring of Data wakes Data alone.
 	require.NoError(t, r.Data.Ring())
 	assert.False(t, m.Space.TryConsume(), "a data ring woke the space bell")
@@ -131,31 +115,22 @@ func TestAttachMapsTheSameMemory(t *testing.T) {
 	// A second attachment is a separate mapping of the same memory.
 	r2 := attach(t, peer, owner, m)
 	r2.Bytes()[5] = 0xEE
-	if r.Bytes()[5] != 0xEE || m.Bytes()[5] != 0xEE {
-		t.Fatal("second attachment does not share memory with the first")
-	}
+	require.Equal(t, byte(0xEE), r.Bytes()[5], "second attachment shares memory with the first")
+	require.Equal(t, byte(0xEE), m.Bytes()[5], "second attachment shares memory with the owner")
 	r2.Detach()
 	r2.Detach() // idempotent
-	if r2.Bytes() != nil {
-		t.Error("Bytes of a detached DMB is not nil")
-	}
-	if r.Bytes()[5] != 0xEE {
-		t.Error("detaching one attachment disturbed the other")
-	}
+	assert.Nil(t, r2.Bytes(), "Bytes of a detached DMB")
+	assert.Equal(t, byte(0xEE), r.Bytes()[5], "detaching one attachment disturbed the other")
 
-	if st := owner.Stats(); st.AttachesServed != 2 {
-		t.Errorf("owner AttachesServed = %d, want 2", st.AttachesServed)
-	}
-	if st := peer.Stats(); st.AttachesMade != 2 || st.AttachesServed != 0 {
-		t.Errorf("peer stats %+v, want AttachesMade 2", st)
-	}
+	assert.Equal(t, uint64(2), owner.Stats().AttachesServed, "owner's attaches served")
+	assert.Equal(t, uint64(2), peer.Stats().AttachesMade, "peer's attaches made")
+	assert.Zero(t, peer.Stats().AttachesServed, "peer's attaches served")
 
 	// Unregistering on the owner does not pull the memory from under the peer.
 	owner.UnregisterDMB(m)
 	r.Bytes()[7] = 0x77
-	if r.Bytes()[5] != 0xEE || r.Bytes()[7] != 0x77 {
-		t.Error("the attacher's mapping changed after the owner unregistered")
-	}
+	assert.Equal(t, byte(0xEE), r.Bytes()[5], "the attacher's mapping after the owner unregistered")
+	assert.Equal(t, byte(0x77), r.Bytes()[7], "a write to the attacher's mapping after the owner unregistered")
 	assert.ErrorIs(t, errOf(peer.AttachDMB(owner.GID(), m.Token(), m.Size())), ism.ErrNoDMB, "attach after UnregisterDMB")
 }
 
@@ -166,12 +141,10 @@ func TestAttachOwnDMB(t *testing.T) {
 	m := register(t, d, ism.MinDMBSize)
 	r := attach(t, d, d, m)
 	require.NoError(t, r.MoveData(100, []byte("loop"), true))
-	if string(m.Bytes()[100:104]) != "loop" || !m.Data.TryConsume() {
-		t.Fatal("self-attached DMB does not reach the owner")
-	}
-	if st := d.Stats(); st.AttachesMade != 1 || st.AttachesServed != 1 {
-		t.Errorf("stats %+v, want one attach made and served", st)
-	}
+	require.Equal(t, "loop", string(m.Bytes()[100:104]), "self-attached DMB reaches the owner")
+	require.True(t, m.Data.TryConsume(), "self-attached DMB rings the owner")
+	assert.Equal(t, uint64(1), d.Stats().AttachesMade, "attaches made")
+	assert.Equal(t, uint64(1), d.Stats().AttachesServed, "attaches served")
 }
 
 func TestMoveData(t *testing.T) {
@@ -195,15 +168,9 @@ func TestMoveData(t *testing.T) {
 		{"offset at the end, one byte", size, 1},
 	} {
 		err := r.MoveData(tc.offset, bytes.Repeat([]byte{0xFF}, tc.n), true)
-		if err == nil {
-			t.Errorf("%s: MoveData(%d, %d bytes) accepted", tc.name, tc.offset, tc.n)
-		}
-		if j := checkPattern(m.Bytes(), 0, 0x33); j >= 0 {
-			t.Fatalf("%s: refused MoveData changed byte %d", tc.name, j)
-		}
-		if m.Data.TryConsume() {
-			t.Errorf("%s: refused MoveData rang the doorbell", tc.name)
-		}
+		assert.Error(t, err, "%s: MoveData(%d, %d bytes)", tc.name, tc.offset, tc.n)
+		require.Equal(t, -1, checkPattern(m.Bytes(), 0, 0x33), "%s: first byte a refused MoveData changed", tc.name)
+		assert.False(t, m.Data.TryConsume(), "%s: refused MoveData rang the doorbell", tc.name)
 	}
 
 	for _, tc := range []struct {
@@ -221,26 +188,15 @@ func TestMoveData(t *testing.T) {
 		fill(m.Bytes(), 0x33)
 		p := make([]byte, tc.n)
 		fill(p, 0x44)
-		if err := r.MoveData(tc.offset, p, tc.signal); err != nil {
-			t.Errorf("%s: MoveData(%d, %d bytes): %v", tc.name, tc.offset, tc.n, err)
+		if !assert.NoError(t, r.MoveData(tc.offset, p, tc.signal), "%s: MoveData(%d, %d bytes)", tc.name, tc.offset, tc.n) {
 			continue
 		}
 		mem := m.Bytes()
-		if !bytes.Equal(mem[tc.offset:tc.offset+tc.n], p) {
-			t.Errorf("%s: the owner does not see the moved bytes", tc.name)
-		}
-		if j := checkPattern(mem[:tc.offset], 0, 0x33); j >= 0 {
-			t.Errorf("%s: byte %d before the span changed", tc.name, j)
-		}
-		if j := checkPattern(mem[tc.offset+tc.n:], tc.offset+tc.n, 0x33); j >= 0 {
-			t.Errorf("%s: byte %d after the span changed", tc.name, j)
-		}
-		if got := m.Data.TryConsume(); got != tc.signal {
-			t.Errorf("%s: owner's data doorbell rung = %v, want %v", tc.name, got, tc.signal)
-		}
-		if m.Space.TryConsume() {
-			t.Errorf("%s: MoveData rang the space doorbell", tc.name)
-		}
+		assert.Equal(t, p, mem[tc.offset:tc.offset+tc.n], "%s: the moved bytes as the owner sees them", tc.name)
+		assert.Equal(t, -1, checkPattern(mem[:tc.offset], 0, 0x33), "%s: first byte changed before the span", tc.name)
+		assert.Equal(t, -1, checkPattern(mem[tc.offset+tc.n:], tc.offset+tc.n, 0x33), "%s: first byte changed after the span", tc.name)
+		assert.Equal(t, tc.signal, m.Data.TryConsume(), "%s: owner's data doorbell rung", tc.name)
+		assert.False(t, m.Space.TryConsume(), "%s: MoveData rang the space doorbell", tc.name)
 	}
 
 	// The owner blocked in Wait is woken by a signalled MoveData.
@@ -250,15 +206,11 @@ func TestMoveData(t *testing.T) {
 	shmtest.WaitParkedIn(t, "[select", "ism.(*Bell).Wait(")
 	require.NoError(t, r.MoveData(32, []byte("wake up"), true))
 	require.NoError(t, <-woke, "owner's Wait")
-	if string(m.Bytes()[32:39]) != "wake up" {
-		t.Fatalf("owner woke to %q", m.Bytes()[32:39])
-	}
+	require.Equal(t, "wake up", string(m.Bytes()[32:39]), "what the owner woke to")
 
 	// A detached DMB refuses MoveData instead of touching unmapped memory.
 	r.Detach()
-	if err := r.MoveData(0, []byte{1}, false); err == nil {
-		t.Error("MoveData on a detached DMB accepted")
-	}
+	assert.Error(t, r.MoveData(0, []byte{1}, false), "MoveData on a detached DMB")
 }
 
 func TestSignalEvent(t *testing.T) {
@@ -293,15 +245,12 @@ func TestSignalEvent(t *testing.T) {
 		require.NoError(t, s.from.SignalEvent(rx.GID(), s.ev.code, s.ev.info), "SignalEvent")
 	}
 	// SignalEvent returns once the receiver handled the event: no waiting needed.
-	mu.Lock()
-	if len(got) != len(sent) {
-		t.Fatalf("handler saw %d events, want %d: %+v", len(got), len(sent), got)
-	}
+	want := make([]event, len(sent))
 	for i, s := range sent {
-		if got[i] != s.ev {
-			t.Errorf("event %d = %+v, want %+v", i, got[i], s.ev)
-		}
+		want[i] = s.ev
 	}
+	mu.Lock()
+	assert.Equal(t, want, got, "events the handler saw")
 	mu.Unlock()
 
 	// Events go to the device they are sent to, and the handler can be removed.
@@ -309,16 +258,12 @@ func TestSignalEvent(t *testing.T) {
 	rx.SetEventHandler(nil)
 	require.NoError(t, s2.SignalEvent(rx.GID(), 7, 7), "SignalEvent after the handler was removed")
 	mu.Lock()
-	if len(got) != len(sent) {
-		t.Errorf("handler saw %d events, want %d", len(got), len(sent))
-	}
+	assert.Len(t, got, len(sent), "events the handler saw")
 	mu.Unlock()
 
 	assert.ErrorIs(t, s1.SignalEvent(randomGID(t), ism.EventShutdown, 0), ism.ErrUnreachable, "SignalEvent to a random GID")
 }
 
-// TestNoLeakAfterCycles: register, attach, move, detach and unregister a hundred times;
-// every fd and every mapping is given back.
 // settledFDs counts this process's open descriptors once the count holds still: the
 // serving side of an attach closes what it sent a moment after the attacher returns, and
 // the runtime opens and closes files of its own (cgroup CPU limits) now and then.
@@ -336,22 +281,20 @@ func settledFDs(t *testing.T) int {
 	return n
 }
 
+// TestNoLeakAfterCycles: register, attach, move, detach and unregister a hundred times;
+// every fd and every mapping is given back.
 func TestNoLeakAfterCycles(t *testing.T) {
 	fds0, maps0 := settledFDs(t), dmbMappings(t)
 	owner := openDevice(t, ism.Config{})
 	peer := openDevice(t, ism.Config{})
 	cycle := func(i int) {
 		m, err := owner.RegisterDMB(ism.MinDMBSize << (i % 3))
-		if err != nil {
-			t.Fatalf("cycle %d: RegisterDMB: %v", i, err)
-		}
+		require.NoError(t, err, "cycle %d: RegisterDMB", i)
 		r, err := peer.AttachDMB(owner.GID(), m.Token(), m.Size())
-		if err != nil {
-			t.Fatalf("cycle %d: AttachDMB: %v", i, err)
-		}
-		if err := r.MoveData(0, []byte{byte(i)}, true); err != nil || m.Bytes()[0] != byte(i) || !m.Data.TryConsume() {
-			t.Fatalf("cycle %d: MoveData: %v", i, err)
-		}
+		require.NoError(t, err, "cycle %d: AttachDMB", i)
+		require.NoError(t, r.MoveData(0, []byte{byte(i)}, true), "cycle %d: MoveData", i)
+		require.Equal(t, byte(i), m.Bytes()[0], "cycle %d: the moved byte", i)
+		require.True(t, m.Data.TryConsume(), "cycle %d: the data doorbell", i)
 		r.Detach()
 		owner.UnregisterDMB(m)
 	}
@@ -360,23 +303,16 @@ func TestNoLeakAfterCycles(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		cycle(i)
 	}
-	if got := settledFDs(t); got != fds {
-		t.Errorf("open fds %d -> %d after 100 cycles", fds, got)
-	}
-	if got := dmbMappings(t); got != maps {
-		t.Errorf("DMB mappings %d -> %d after 100 cycles", maps, got)
-	}
-	if st := owner.Stats(); st.DMBsRegistered != 0 || st.DMBsCreated != 101 || st.AttachesServed != 101 {
-		t.Errorf("owner stats %+v", st)
-	}
+	assert.Equal(t, fds, settledFDs(t), "open fds after 100 cycles")
+	assert.Equal(t, maps, dmbMappings(t), "DMB mappings after 100 cycles")
+	st := owner.Stats()
+	assert.Zero(t, st.DMBsRegistered, "owner's DMBs registered")
+	assert.Equal(t, uint64(101), st.DMBsCreated, "owner's DMBs created")
+	assert.Equal(t, uint64(101), st.AttachesServed, "owner's attaches served")
 
 	// Closing both devices gives back their sockets and connections as well.
 	owner.Close()
 	peer.Close()
-	if got := settledFDs(t); got != fds0 {
-		t.Errorf("open fds %d before opening the devices, %d after closing them", fds0, got)
-	}
-	if got := dmbMappings(t); got != maps0 {
-		t.Errorf("DMB mappings %d before opening the devices, %d after closing them", maps0, got)
-	}
+	assert.Equal(t, fds0, settledFDs(t), "open fds after closing the devices, against before opening them")
+	assert.Equal(t, maps0, dmbMappings(t), "DMB mappings after closing the devices, against before opening them")
 }
