@@ -32,13 +32,10 @@ func TestWireLayout(t *testing.T) {
 		0xA8, 0xA7, 0xA6, 0xA5, 0xA4, 0xA3, 0xA2, 0xA1, // sender GID
 		0xB8, 0xB7, 0xB6, 0xB5, 0xB4, 0xB3, 0xB2, 0xB1, // sender GID extension
 	}
-	if !bytes.Equal(b, want) {
-		t.Fatalf("marshal =\n% x\nwant\n% x", b, want)
-	}
+	require.Equal(t, want, b, "marshal")
 	got, err := parseWire(b)
-	if err != nil || got != m {
-		t.Fatalf("parseWire(marshal(m)) = %+v, %v; want %+v", got, err, m)
-	}
+	require.NoError(t, err, "parseWire(marshal(m))")
+	require.Equal(t, m, got, "parseWire(marshal(m))")
 	for _, bad := range [][]byte{
 		nil,
 		b[:wireLen-1],
@@ -46,9 +43,7 @@ func TestWireLayout(t *testing.T) {
 		func() []byte { c := bytes.Clone(b); c[0] ^= 1; return c }(), // magic
 		func() []byte { c := bytes.Clone(b); c[4] = 1; return c }(),  // version 1
 	} {
-		if _, err := parseWire(bad); err == nil {
-			t.Errorf("parseWire(% x) accepted", bad)
-		}
+		assert.Error(t, errOf(parseWire(bad)), "parseWire(% x)", bad)
 	}
 }
 
@@ -62,9 +57,7 @@ func FuzzParseWire(f *testing.F) {
 			return
 		}
 		// Whatever parses re-encodes to the same bytes: every field is kept.
-		if again := m.marshal(); !bytes.Equal(again, b) {
-			t.Fatalf("parse then marshal of % x gave % x", b, again)
-		}
+		require.Equal(t, b, m.marshal(), "parse then marshal")
 	})
 }
 
@@ -188,9 +181,7 @@ func TestQueryRefusesBadReplies(t *testing.T) {
 			d := openTestDevice(t)
 			f := newFakeDevice(t, func(wireMsg) ([]byte, []int) { return tc.reply, nil })
 			require.ErrorIs(t, d.QueryRemoteGID(f.gid), ErrUnreachable, "QueryRemoteGID")
-			if got := f.acceptCount(); got != tc.conns {
-				t.Errorf("%d connections to the fake device, want %d", got, tc.conns)
-			}
+			assert.Equal(t, tc.conns, f.acceptCount(), "connections to the fake device")
 		})
 	}
 }
@@ -289,10 +280,10 @@ func TestAttachRefusesHostileReplies(t *testing.T) {
 			r, err := d.AttachDMB(f.gid, 0x1234, size)
 			if err == nil {
 				r.Detach()
-				t.Fatal("AttachDMB accepted the reply")
 			}
-			if tc.reason != nil && !errors.Is(err, tc.reason) {
-				t.Errorf("AttachDMB = %v, want %v", err, tc.reason)
+			require.Error(t, err, "AttachDMB accepted the reply")
+			if tc.reason != nil {
+				assert.ErrorIs(t, err, tc.reason, "AttachDMB")
 			}
 			// A broken exchange drops the connection (and the redialled one): once the
 			// fake device has seen both hang up, compare without the first.
@@ -300,20 +291,17 @@ func TestAttachRefusesHostileReplies(t *testing.T) {
 				f.waitIdle()
 				base -= 2
 			}
-			if got := countFDs(t); got != base {
-				t.Errorf("open fds %d -> %d: a received descriptor leaked", base, got)
-			}
-			if got, _ := shm.CountMappings("hostile-"); got != fds {
-				t.Errorf("mappings of the fake's memfds %d -> %d", fds, got)
-			}
-			if st := d.Stats(); st.AttachesMade != 0 {
-				t.Errorf("AttachesMade = %d after a refused attach", st.AttachesMade)
-			}
+			assert.Equal(t, base, countFDs(t), "open fds: a received descriptor leaked")
+			maps, err := shm.CountMappings("hostile-")
+			require.NoError(t, err)
+			assert.Equal(t, fds, maps, "mappings of the fake's memfds")
+			assert.Zero(t, d.Stats().AttachesMade, "attaches made after a refused attach")
 		})
 	}
 }
 
-// TestHungPeerDevice: a device that accepts but never answers costs a bounded wait.
+// TestHungPeerDevice: a device that accepts but never answers costs a bounded wait: two
+// attempts, each ended by the exchange timeout.
 func TestHungPeerDevice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out the exchange timeout twice")
@@ -323,12 +311,9 @@ func TestHungPeerDevice(t *testing.T) {
 	start := time.Now()
 	err := d.QueryRemoteGID(f.gid)
 	took := time.Since(start)
-	if !errors.Is(err, ErrUnreachable) {
-		t.Fatalf("QueryRemoteGID of a mute device = %v, want ErrUnreachable", err)
-	}
-	if took < exchangeTimeout || took > 2*exchangeTimeout+5*time.Second {
-		t.Errorf("gave up after %v, want about %v (two attempts)", took, 2*exchangeTimeout)
-	}
+	require.ErrorIs(t, err, ErrUnreachable, "QueryRemoteGID of a mute device")
+	assert.Equal(t, 2, f.acceptCount(), "attempts on the mute device")
+	assert.GreaterOrEqual(t, took, exchangeTimeout, "given up before the exchange timeout")
 }
 
 // dialDevice connects to d's socket as a peer device would, by hand.
@@ -489,3 +474,6 @@ func TestPeerGoneEvent(t *testing.T) {
 		return !kb && !kc
 	}, 10*time.Second, time.Millisecond, "a still keeps a connection entry for a vanished device")
 }
+
+// errOf is the error of a call that returns a value and an error.
+func errOf[T any](_ T, err error) error { return err }
