@@ -48,16 +48,16 @@ func peerBell(t testing.TB, d *shm.Doorbell) *shm.Doorbell {
 
 func requireClosedErr(t testing.TB, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, os.ErrClosed) || !errors.Is(err, net.ErrClosed) {
-		t.Errorf("%s: %v, want an error matching os.ErrClosed and net.ErrClosed", what, err)
-	}
+	assert.ErrorIs(t, err, os.ErrClosed, what)
+	assert.ErrorIs(t, err, net.ErrClosed, what)
 }
 
 func requireTimeout(t testing.TB, what string, err error) {
 	t.Helper()
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, what)
 	var ne net.Error
-	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
-		t.Errorf("%s: %v, want a timeout matching os.ErrDeadlineExceeded", what, err)
+	if assert.ErrorAs(t, err, &ne, what) {
+		assert.True(t, ne.Timeout(), "%s: Timeout()", what)
 	}
 }
 
@@ -563,8 +563,8 @@ func TestDoorbellFromFdRejects(t *testing.T) {
 			d, err := shm.DoorbellFromFd(fd)
 			if err == nil {
 				d.Close()
-				t.Fatalf("DoorbellFromFd accepted a %s", tc.name)
 			}
+			require.Error(t, err, "DoorbellFromFd of a %s", tc.name)
 			assert.ErrorIs(t, err, shm.ErrNotDoorbell)
 			if fdOpen(fd) {
 				unix.Close(fd)
@@ -582,25 +582,19 @@ func TestDoorbellAllocs(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			d := newDoorbell(t)
 			ring := r.bell(t, d)
-			if n := testing.AllocsPerRun(100, func() {
+			assert.Zero(t, testing.AllocsPerRun(100, func() {
 				require.NoError(t, ring.Ring())
 				require.NoError(t, d.Wait())
-			}); n != 0 {
-				t.Errorf("Ring+Wait: %v allocations, want 0", n)
-			}
-			if n := testing.AllocsPerRun(100, func() {
+			}), "Ring+Wait allocations")
+			assert.Zero(t, testing.AllocsPerRun(100, func() {
 				require.NoError(t, ring.Ring())
 				require.True(t, d.TryConsume(), "TryConsume after Ring")
-			}); n != 0 {
-				t.Errorf("Ring+TryConsume: %v allocations, want 0", n)
-			}
+			}), "Ring+TryConsume allocations")
 			require.NoError(t, d.SetDeadline(time.Now().Add(time.Hour)))
-			if n := testing.AllocsPerRun(100, func() {
+			assert.Zero(t, testing.AllocsPerRun(100, func() {
 				require.NoError(t, ring.Ring())
 				require.NoError(t, d.Wait())
-			}); n != 0 {
-				t.Errorf("Ring+Wait with a deadline: %v allocations, want 0", n)
-			}
+			}), "Ring+Wait with a deadline allocations")
 		})
 	}
 }

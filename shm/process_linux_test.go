@@ -53,25 +53,23 @@ func TestCrossProcess(t *testing.T) {
 		t.Fatalf("child exited before ringing: %v\n%s", c.exitErr, out.String())
 	}
 	b := r.Bytes()
-	for i := 8; i < size; i++ {
-		if b[i] != pattern(i) {
-			t.Fatalf("region byte %d = %#x, want %#x", i, b[i], pattern(i))
-		}
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = pattern(i)
 	}
+	require.Equal(t, want[8:], b[8:size], "region bytes the child wrote")
 
 	buf := make([]byte, 16)
 	n, cfds, err := shm.RecvFds(conn, buf, 1)
-	if err != nil || len(cfds) != 1 || string(buf[:n]) != "ok" {
-		t.Fatalf("receiving the child's doorbell: %q, %v, %v", buf[:n], cfds, err)
-	}
+	require.NoError(t, err, "receiving the child's doorbell")
+	require.Equal(t, "ok", string(buf[:n]), "receiving the child's doorbell")
+	require.Len(t, cfds, 1, "receiving the child's doorbell")
 	cd, err := shm.DoorbellFromFd(cfds[0])
 	require.NoError(t, err, "DoorbellFromFd")
 	defer cd.Close()
 	require.NoError(t, cd.Ring(), "ringing the child")
 	<-exited
-	if c.exitErr != nil {
-		t.Fatalf("child: %v\n%s", c.exitErr, out.String())
-	}
+	require.NoError(t, c.exitErr, "child:\n%s", out.String())
 }
 
 // helper is a child process started by startHelper.
@@ -202,15 +200,13 @@ func TestHelperProcess(t *testing.T) {
 
 	cred, err := shm.PeerCred(conn)
 	require.NoError(t, err, "PeerCred")
-	if int(cred.Pid) != os.Getppid() {
-		t.Fatalf("peer pid %d, want the parent %d", cred.Pid, os.Getppid())
-	}
+	require.Equal(t, os.Getppid(), int(cred.Pid), "peer pid: the parent")
 
 	buf := make([]byte, 16)
 	n, fds, err := shm.RecvFds(conn, buf, 2)
-	if err != nil || n != 8 || len(fds) != 2 {
-		t.Fatalf("RecvFds = %d bytes, %v, %v; want 8 bytes and 2 fds", n, fds, err)
-	}
+	require.NoError(t, err, "RecvFds")
+	require.Equal(t, 8, n, "RecvFds: bytes")
+	require.Len(t, fds, 2, "RecvFds: descriptors")
 	for _, fd := range fds {
 		requireCloexec(t, fd)
 	}
@@ -218,17 +214,15 @@ func TestHelperProcess(t *testing.T) {
 	r, err := shm.MapRegion(fds[0], size)
 	if err != nil {
 		unix.Close(fds[1])
-		t.Fatalf("MapRegion: %v", err)
 	}
+	require.NoError(t, err, "MapRegion")
 	defer r.Close()
 	d, err := shm.DoorbellFromFd(fds[1])
 	require.NoError(t, err, "DoorbellFromFd")
 	defer d.Close()
 
 	b := r.Bytes()
-	if string(b[:6]) != "parent" {
-		t.Fatalf("region starts with %q, want \"parent\"", b[:6])
-	}
+	require.Equal(t, "parent", string(b[:6]), "the region's first bytes")
 	for i := 8; i < size; i++ {
 		b[i] = pattern(i)
 	}
