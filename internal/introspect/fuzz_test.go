@@ -4,8 +4,9 @@ package introspect
 
 import (
 	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzRespond: any request line gets an answer of this version, the handler's only for
@@ -20,18 +21,16 @@ func FuzzRespond(f *testing.F) {
 			handled = req.Op
 			return Response{Stats: &Stats{}}
 		}, Process{PID: 1})
-		if r.V != Version || r.Process.PID != 1 {
-			t.Fatalf("answer %+v", r)
-		}
-		switch {
-		case handled == OpConns || handled == OpStats || handled == OpReset:
-			if r.Error != "" || r.Stats == nil {
-				t.Fatalf("handled %q, answer %+v", handled, r)
-			}
-		case handled != "":
+		require.Equal(t, Version, r.V, "answer %+v", r)
+		require.EqualValues(t, 1, r.Process.PID, "answer %+v", r)
+		switch handled {
+		case OpConns, OpStats, OpReset:
+			require.Empty(t, r.Error, "handled %q, answer %+v", handled, r)
+			require.NotNil(t, r.Stats, "handled %q, answer %+v", handled, r)
+		case "":
+			require.Equal(t, ErrCodeBadRequest, r.Error, "unhandled request %q answered %+v", line, r)
+		default:
 			t.Fatalf("handler called for op %q", handled)
-		case r.Error != ErrCodeBadRequest:
-			t.Fatalf("unhandled request %q answered %+v", line, r)
 		}
 	})
 }
@@ -41,9 +40,8 @@ func FuzzParseUnixTable(f *testing.F) {
 	f.Add([]byte("Num RefCount Protocol Flags Type St Inode Path\n0: 00000002 00000000 00010000 0001 01 1 @smcloop-introspect-42\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, pid := range parseUnixTable(b) {
-			if pid <= 0 || !strings.Contains(string(b), "@"+NamePrefix+strconv.Itoa(pid)) {
-				t.Fatalf("pid %d from %q", pid, b)
-			}
+			require.Positive(t, pid, "pid from %q", b)
+			require.Contains(t, string(b), "@"+NamePrefix+strconv.Itoa(pid), "pid %d from %q", pid, b)
 		}
 	})
 }
