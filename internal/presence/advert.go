@@ -298,19 +298,3 @@ func (o *ownerIDs) put(id uint16) { o.free = append(o.free, id) }
 // MaxLinksPerProcess bounds the links one process may hold to a listener. A dialer
 // process needs one; a few more cover a link whose end the listener has not yet seen.
 const MaxLinksPerProcess = 8
-
-// peerCred returns the credentials of the process at the other end of a link, or nil.
-func peerCred(c *net.UnixConn) *shm.Cred {
-	cred, err := shm.PeerCred(c)
-	if err != nil {
-		return nil
-	}
-	return cred
-}
-
-// trustedPeer reports whether the process at the other end of a link belongs to a user
-// this process shares memory with (internal/peercred).
-func trustedPeer(c *net.UnixConn) bool {
-	cred := peerCred(c)
-	return cred != nil && peercred.Trusted(cred.Uid)
-}

@@ -24,9 +24,11 @@ package presence
 import (
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/smcloop/smcloop/internal/peercred"
 	"github.com/smcloop/smcloop/shm"
 )
 
@@ -158,4 +160,20 @@ func mapTable(fd int) (*table, error) {
 	t := newTable(r.Bytes())
 	t.region = r
 	return t, nil
+}
+
+// peerCred returns the credentials of the process at the other end of a link, or nil.
+func peerCred(c *net.UnixConn) *shm.Cred {
+	cred, err := shm.PeerCred(c)
+	if err != nil {
+		return nil
+	}
+	return cred
+}
+
+// trustedPeer reports whether the process at the other end of a link belongs to a user
+// this process shares memory with (internal/peercred).
+func trustedPeer(c *net.UnixConn) bool {
+	cred := peerCred(c)
+	return cred != nil && peercred.Trusted(cred.Uid)
 }
