@@ -469,6 +469,25 @@ type groupKey struct {
 	role Role
 }
 
+// deviceGroups holds each device's link group table (*ism.Device → *Groups): a device
+// has one table for the process's life, as a kernel ISM device has one smcd_dev.lgr_list.
+var deviceGroups sync.Map
+
+// GroupsFor returns dev's link group table, creating it on first use. Every handshake on
+// dev uses this one table, so connections between the same two devices share their link
+// group and its buffers whichever Dial or Listen made them.
+func GroupsFor(dev *ism.Device) *Groups {
+	if t, ok := deviceGroups.Load(dev); ok {
+		return t.(*Groups)
+	}
+	t, loaded := deviceGroups.LoadOrStore(dev, &Groups{dev: dev, groups: make(map[groupKey]*LinkGroup), sweepEvery: IdleSweep})
+	g := t.(*Groups)
+	if !loaded {
+		dev.SetEventHandler(g.event)
+	}
+	return g
+}
+
 // NewGroups returns an empty link group table for dev and takes over dev's event
 // handler to follow the peers' link group shutdowns.
 func NewGroups(dev *ism.Device) *Groups {

@@ -9,6 +9,8 @@ import (
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/ism"
 	"github.com/smcloop/smcloop/smcd"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // firstNonZero reports the first non-zero byte of b, or -1.
@@ -818,4 +820,29 @@ func TestFindOrCreateConcurrentFirstContact(t *testing.T) {
 		expectDelta(t, "concurrent first contact", before, smcd.BufferStats{LinkGroups: 1})
 		groups[0].Terminate(false)
 	}
+}
+
+// TestGroupsForIsOnePerDevice: every caller gets the same table for a device, however
+// many ask at once, and another device has its own.
+func TestGroupsForIsOnePerDevice(t *testing.T) {
+	devA, devB := openDevice(t, ism.Config{}), openDevice(t, ism.Config{})
+	const callers = 8
+	got := make([]*smcd.Groups, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() { got[i] = smcd.GroupsFor(devA) })
+	}
+	wg.Wait()
+	for i := range callers {
+		assert.Same(t, got[0], got[i], "caller %d", i)
+	}
+	tB := smcd.GroupsFor(devB)
+	assert.NotSame(t, got[0], tB)
+
+	g, created, err := got[0].FindOrCreate(devB.GID(), smcd.RoleClient, [4]byte{7, 7, 7, 7})
+	require.NoError(t, err)
+	t.Cleanup(func() { g.Terminate(false) })
+	assert.True(t, created)
+	assert.Same(t, g, smcd.GroupsFor(devA).Find(devB.GID(), smcd.RoleClient))
+	assert.Nil(t, tB.Find(devA.GID(), smcd.RoleServer))
 }
