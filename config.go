@@ -69,10 +69,10 @@ type Config struct {
 	// a small write that leaves at most min(send space / 2, AutocorkSize) bytes pending is
 	// held back to go out with what follows (published by the next write, or as soon as
 	// the peer catches up). Default SMCLOOP_AUTOCORK_SIZE, else off: unlike the kernel's
-	// CDC messages, an SMC-D publication here is one atomic store, and holding writes
-	// measured slower (`smcloop bench --preset autocork`). 64 KiB is the kernel's
-	// net.smc.autocorking_size. Negative disables autocorking even if the environment
-	// enables it.
+	// CDC messages, an SMC-D publication here is one atomic store, so holding writes
+	// back saves little (docs/TUNING.md; `smcloop bench --preset autocork` compares).
+	// 64 KiB is the kernel's net.smc.autocorking_size. Negative disables autocorking
+	// even if the environment enables it.
 	AutocorkSize int
 	// AutosplitSize splits writes of at least 4/3 of it into segments of this size, each
 	// published as soon as it is copied, so the receiver copies out while the sender
