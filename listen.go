@@ -227,7 +227,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		if !smcdAvailable {
 			// No SMC-D in this build (smcd_other.go): nothing to advertise, and every
 			// client is delivered as TCP with NOSMCDEV.
-			l.adv, l.plainReason = noAdvert{}, clc.DeclNoSMCDev
+			l.adv, l.plainReason, l.signal = noAdvert{}, clc.DeclNoSMCDev, signalDown
 		} else if ta, ok := a.(*net.TCPAddr); ok {
 			l.adv, err = presence.Advertise(ta.AddrPort())
 		} else {
