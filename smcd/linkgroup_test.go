@@ -185,9 +185,7 @@ func TestIdleDMBsOfOtherGroupsGiveWayAtTheDeviceLimit(t *testing.T) {
 	p := newPair(t, ism.Config{MaxDMBs: 3}, ism.Config{})
 	// A second group on device A: A as the server of B (the pair's group is the client).
 	other, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	idle := []*ism.DMB{getDMB(t, p.gA, ism.MinDMBSize), getDMB(t, p.gA, ism.MinDMBSize)}
 	lingering := getDMB(t, p.gA, ism.MinDMBSize)
 	p.gA.PutDMB(idle[0], true)
@@ -210,18 +208,14 @@ func TestAttachCachesPeerMappingsByToken(t *testing.T) {
 
 	before := smcd.Stats()
 	r, err := p.gA.Attach(m.Token(), m.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	expectDelta(t, "first Attach", before, smcd.BufferStats{PeerAttach: 1})
 	p.gA.Release(r)
 
 	before = smcd.Stats()
 	made, served := p.devA.Stats().AttachesMade, p.devB.Stats().AttachesServed
 	r2, err := p.gA.Attach(m.Token(), m.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	expectDelta(t, "Attach after Release", before, smcd.BufferStats{PeerReuse: 1})
 	if r2 != r {
 		t.Fatal("the cached mapping was not reused")
@@ -239,9 +233,7 @@ func TestAttachCachesPeerMappingsByToken(t *testing.T) {
 	// the first mapping is unmapped when it is released.
 	before = smcd.Stats()
 	r3, err := p.gA.Attach(m.Token(), m.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	expectDelta(t, "Attach of a token in use", before, smcd.BufferStats{PeerAttach: 1})
 	if r3 == r2 {
 		t.Fatal("a mapping in use was handed out twice")
@@ -276,9 +268,7 @@ func TestIdleRemotesStayCachedUntilSwept(t *testing.T) {
 	attach := func(i int) *ism.RemoteDMB {
 		t.Helper()
 		r, err := p.gA.Attach(dmbs[i].Token(), ism.MinDMBSize)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return r
 	}
 	for i := range dmbs {
@@ -397,9 +387,7 @@ func TestIdleSweepTimer(t *testing.T) {
 	base := devA.Stats().DMBsRegistered
 	tA.SetIdleSweep(time.Millisecond, func(*smcd.LinkGroup) { swept <- devA.Stats().DMBsRegistered - base })
 	g, err := tA.Create(devB.GID(), smcd.RoleClient, [4]byte{1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { g.Terminate(false) })
 	g.PutDMB(getDMB(t, g, ism.MinDMBSize), true)
 	// The first sweep keeps it (idle for less than a period), the second releases it.
@@ -428,13 +416,9 @@ func TestTerminateReleasesAndRefuses(t *testing.T) {
 
 	peerIdle, peerInUse := getDMB(t, p.gB, ism.MinDMBSize), getDMB(t, p.gB, ism.MinDMBSize)
 	rIdle, err := g.Attach(peerIdle.Token(), ism.MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rInUse, err := g.Attach(peerInUse.Token(), ism.MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	g.Release(rIdle)
 
 	before := smcd.Stats()
@@ -493,17 +477,13 @@ func TestCreateReplacesAndRetiresTheOldGroup(t *testing.T) {
 	old.PutDMB(idle, true)
 	peer := getDMB(t, p.gB, ism.MinDMBSize)
 	r, err := old.Attach(peer.Token(), ism.MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	old.Release(r)
 
 	before := smcd.Stats()
 	id := [4]byte{1, 2, 3, 4}
 	g, err := p.tA.Create(p.devB.GID(), smcd.RoleClient, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	expectDelta(t, "Create", before, smcd.BufferStats{LinkGroups: 1})
 	if g == old || g.ID() != id || g.Peer() != p.devB.GID() {
 		t.Fatalf("new group id %x peer %s", g.ID(), g.Peer())
@@ -541,9 +521,7 @@ func TestCreateChoosesRandomIDs(t *testing.T) {
 	seen := map[[4]byte]bool{}
 	for range 20 {
 		g, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if g.ID() == ([4]byte{}) {
 			t.Fatal("Create chose the zero id")
 		}
@@ -563,9 +541,7 @@ func TestShutdownEventFollowsThePeer(t *testing.T) {
 	tA, tB, tC := smcd.NewGroups(a), smcd.NewGroups(b), smcd.NewGroups(c)
 	create := func(tab *smcd.Groups, peer *ism.Device, role smcd.Role, id byte) *smcd.LinkGroup {
 		g, err := tab.Create(peer.GID(), role, [4]byte{id, 0xA, 0xB, 0xC})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { g.Terminate(false) })
 		return g
 	}
@@ -647,14 +623,10 @@ func TestShutdownEventFollowsThePeer(t *testing.T) {
 func TestTerminatePeerEndsBothRoles(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
 	server, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{5, 5, 5, 5})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	third := openDevice(t, ism.Config{})
 	other, err := p.tA.Create(third.GID(), smcd.RoleClient, [4]byte{6, 6, 6, 6})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer other.Terminate(false)
 	before := smcd.Stats()
 	p.tA.TerminatePeer(p.devB.GID())
@@ -691,14 +663,10 @@ func TestPeerDeviceGoneTerminatesItsGroups(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
 	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false) // both devices now talk to each other
 	server, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{3, 3, 3, 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	third := openDevice(t, ism.Config{})
 	other, err := p.tA.Create(third.GID(), smcd.RoleClient, [4]byte{4, 4, 4, 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer other.Terminate(false)
 	idle := getDMB(t, p.gA, ism.MinDMBSize)
 	p.gA.PutDMB(idle, true)
