@@ -23,7 +23,8 @@ type Dialer struct {
 
 // Dial connects to address on a TCP network ("tcp", "tcp4" or "tcp6"), or to a unix
 // stream socket ("unix": a path, or "@name" in the abstract namespace), and runs the SMC
-// handshake. The result uses SMC-D when both sides can, TCP otherwise (see UsingSMC).
+// handshake. The result uses SMC (SMC-D) when both sides can, TCP otherwise (see
+// UsingSMC). Where SMC-D cannot work (not Linux) it is plain TCP with reason NOSMCDEV.
 func Dial(network, address string) (*Conn, error) {
 	var d Dialer
 	return d.DialContext(context.Background(), network, address)

@@ -68,7 +68,7 @@ type ListenConfig struct {
 // ListenerStats are a listener's counters.
 type ListenerStats struct {
 	Accepted       uint64 // TCP connections taken from the kernel
-	SMC            uint64 // handshakes that ended in SMC-D
+	SMC            uint64 // handshakes that ended in SMC
 	Fallback       uint64 // connections delivered as TCP (no signal, decline, congestion)
 	HandshakeErrs  uint64 // handshakes that failed (timeout, I/O, protocol): dropped
 	Congested      uint64 // times the listener entered handshake congestion
@@ -157,7 +157,9 @@ type Listener struct {
 // Listen listens on a TCP address ("tcp", "tcp4", "tcp6") or a unix stream socket
 // ("unix": a path, or "@name" in the abstract namespace) and accepts SMC connections
 // with process defaults. Over a unix socket the CLC exchange and the liveness channel
-// use the socket, and a fallback carries the bytes on it.
+// use the socket, and a fallback carries the bytes on it. Where SMC-D cannot work (not
+// Linux) the listener advertises nothing and delivers every connection as plain TCP with
+// reason NOSMCDEV.
 func Listen(network, address string) (*Listener, error) {
 	var lc ListenConfig
 	return lc.Listen(context.Background(), network, address)
@@ -565,7 +567,7 @@ func (l *Listener) deliver(c *Conn) {
 	}
 }
 
-// Accept waits for the next connection (SMC-D, or TCP after a fallback).
+// Accept waits for the next connection (SMC, or TCP after a fallback).
 func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.AcceptSMC()
 	if err != nil {
