@@ -480,7 +480,7 @@ func GroupsFor(dev *ism.Device) *Groups {
 	if t, ok := deviceGroups.Load(dev); ok {
 		return t.(*Groups)
 	}
-	t, loaded := deviceGroups.LoadOrStore(dev, &Groups{dev: dev, groups: make(map[groupKey]*LinkGroup), sweepEvery: IdleSweep})
+	t, loaded := deviceGroups.LoadOrStore(dev, newGroups(dev))
 	g := t.(*Groups)
 	if !loaded {
 		dev.SetEventHandler(g.event)
@@ -488,12 +488,17 @@ func GroupsFor(dev *ism.Device) *Groups {
 	return g
 }
 
-// NewGroups returns an empty link group table for dev and takes over dev's event
-// handler to follow the peers' link group shutdowns.
+// NewGroups returns an empty link group table for dev, apart from the one GroupsFor
+// keeps, and takes over dev's event handler to follow the peers' link group shutdowns.
+// It is for a device that only its caller uses (tests); handshakes use GroupsFor.
 func NewGroups(dev *ism.Device) *Groups {
-	t := &Groups{dev: dev, groups: make(map[groupKey]*LinkGroup), sweepEvery: IdleSweep}
+	t := newGroups(dev)
 	dev.SetEventHandler(t.event)
 	return t
+}
+
+func newGroups(dev *ism.Device) *Groups {
+	return &Groups{dev: dev, groups: make(map[groupKey]*LinkGroup), sweepEvery: IdleSweep}
 }
 
 // event handles a peer's software event: SHUTDOWN of a link group terminates our side
