@@ -81,8 +81,9 @@ func (e *HandshakeError) Error() string {
 
 func (e *HandshakeError) Unwrap() error { return e.Err }
 
-// Is matches ErrProtocol when the peer's CLC message was malformed (clc.ErrProtocol:
-// a bad eyecatcher, length, type or field) or named what was not proposed.
+// Is matches ErrProtocol when the peer's CLC message was malformed (clc.ErrProtocol: a
+// bad eyecatcher, length, type or field). A well-formed message that contradicts the
+// exchange (a Confirm naming another device) carries ErrProtocol in Err itself.
 func (e *HandshakeError) Is(target error) bool {
 	return target == ErrProtocol && errors.Is(e.Err, clc.ErrProtocol)
 }
