@@ -208,7 +208,7 @@ func TestCrossUserServerDeclines(t *testing.T) {
 	require.NoError(t, err)
 	defer tcp.Close()
 	before := cfg.device.Stats()
-	c, err := serverHandshake(context.Background(), tcp, cfg, "tcp")
+	c, err := serverHandshake(context.Background(), tcp, cfg, "tcp4")
 	require.NoError(t, err)
 	assert.False(t, c.smc, "SMC-D with a process of another user")
 	assert.Equal(t, clc.DeclNoSMCD2Dev, c.localReason)
