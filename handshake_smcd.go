@@ -13,8 +13,9 @@ import (
 // The SMC-D steps of the CLC handshake (af_smc.c's smc_connect_ism and
 // smc_listen_ism_init / smc_listen_ism_finish): the device choice, the DMB registration
 // and attach in the link group, and the construction of the SMC-D backend. handshake.go
-// runs the message sequence around them. This file and config.go's Device field are the
-// only parts of the core that know the ism and smcd packages.
+// runs the message sequence around them. This file and config.go (Config.Device, the
+// default device and the DMB sizes) are the only files of the core that import the ism
+// and smcd packages (imports_test.go).
 
 // ismHandshake is the SMC-D state of one side's handshake.
 type ismHandshake struct {
