@@ -37,9 +37,7 @@ func TestGetDMBReusesAfterPeerDone(t *testing.T) {
 	before := smcd.Stats()
 	m := getDMB(t, g, 64<<10)
 	expectDelta(t, "first GetDMB", before, smcd.BufferStats{RMBAlloc: 1})
-	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
-		t.Fatalf("%d DMBs registered, want 1", st.DMBsRegistered)
-	}
+	require.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered")
 	dirty(m)
 	g.PutDMB(m, true)
 
@@ -174,9 +172,7 @@ func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
 		t.Fatalf("GetDMB(16 KiB) at the limit with a 32 KiB DMB idle = %v, downgraded=%v, %v; want a new 16 KiB DMB", m2, down, err)
 	}
 	expectDelta(t, "idle DMB giving way", before, smcd.BufferStats{RMBAlloc: 1, IdleFreed: 1})
-	if st := p.devA.Stats(); st.DMBsRegistered != 2 {
-		t.Errorf("%d DMBs registered, want 2 (the limit)", st.DMBsRegistered)
-	}
+	assert.Equal(t, 2, p.devA.Stats().DMBsRegistered, "DMBs registered (the limit)")
 	g.PutDMB(m, true)
 	g.PutDMB(m2, true)
 }
@@ -195,9 +191,7 @@ func TestIdleDMBsOfOtherGroupsGiveWayAtTheDeviceLimit(t *testing.T) {
 	before := smcd.Stats()
 	m := getDMB(t, other, 64<<10)
 	expectDelta(t, "the other group's idle DMBs giving way", before, smcd.BufferStats{RMBAlloc: 1, IdleFreed: 3})
-	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
-		t.Errorf("%d DMBs registered, want 1", st.DMBsRegistered)
-	}
+	assert.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered")
 	other.PutDMB(m, true)
 }
 
@@ -370,13 +364,9 @@ func TestIdleLocalDMBsStayUntilSwept(t *testing.T) {
 	before = smcd.Stats()
 	g.SweepIdle()
 	expectDelta(t, "second sweep", before, smcd.BufferStats{IdleFreed: n - 10})
-	if got := registered(); got != 10 {
-		t.Errorf("%d DMBs registered after the second sweep, want the 10 reused since", got)
-	}
+	assert.Equal(t, 10, registered(), "DMBs registered after the second sweep")
 	g.SweepIdle()
-	if got := registered(); got != 0 {
-		t.Errorf("%d DMBs registered after the third sweep, want 0", got)
-	}
+	assert.Equal(t, 0, registered(), "DMBs registered after the third sweep")
 }
 
 // TestIdleSweepTimer: the sweep runs on its own while buffers are idle and releases them.
@@ -424,9 +414,7 @@ func TestTerminateReleasesAndRefuses(t *testing.T) {
 	before := smcd.Stats()
 	g.Terminate(false)
 	expectDelta(t, "Terminate", before, smcd.BufferStats{Terminated: 1})
-	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
-		t.Errorf("%d DMBs registered after Terminate, want 1 (the one in use)", st.DMBsRegistered)
-	}
+	assert.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered after Terminate (the one in use)")
 	if rIdle.Bytes() != nil {
 		t.Error("an idle peer mapping survived Terminate")
 	}
@@ -449,9 +437,7 @@ func TestTerminateReleasesAndRefuses(t *testing.T) {
 	// Buffers in use go when their connections close.
 	g.PutDMB(inUse, true)
 	g.Release(rInUse)
-	if st := p.devA.Stats(); st.DMBsRegistered != 0 {
-		t.Errorf("%d DMBs registered after the last connection closed", st.DMBsRegistered)
-	}
+	assert.Equal(t, 0, p.devA.Stats().DMBsRegistered, "DMBs registered after the last connection closed")
 	if rInUse.Bytes() != nil {
 		t.Error("a released peer mapping of a terminated group stayed mapped")
 	}
@@ -497,9 +483,7 @@ func TestCreateReplacesAndRetiresTheOldGroup(t *testing.T) {
 	if r.Bytes() != nil {
 		t.Error("the replaced group's idle peer mapping is still mapped")
 	}
-	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
-		t.Errorf("%d DMBs registered, want 1 (the one still in use)", st.DMBsRegistered)
-	}
+	assert.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered (the one still in use)")
 	// The new group starts empty: it allocates.
 	before = smcd.Stats()
 	m := getDMB(t, g, ism.MinDMBSize)
@@ -670,9 +654,7 @@ func TestPeerDeviceGoneTerminatesItsGroups(t *testing.T) {
 	defer other.Terminate(false)
 	idle := getDMB(t, p.gA, ism.MinDMBSize)
 	p.gA.PutDMB(idle, true)
-	if got := p.devA.Stats().DMBsRegistered; got != 2 {
-		t.Fatalf("%d DMBs registered on A, want 2", got)
-	}
+	require.Equal(t, 2, p.devA.Stats().DMBsRegistered, "DMBs registered on A")
 
 	before := smcd.Stats()
 	p.devB.Close()
@@ -683,17 +665,13 @@ func TestPeerDeviceGoneTerminatesItsGroups(t *testing.T) {
 	if _, _, err := server.GetDMB(ism.MinDMBSize, false); err == nil {
 		t.Error("the server-role group with the vanished peer still hands out DMBs")
 	}
-	if got := p.devA.Stats().DMBsRegistered; got != 1 {
-		t.Errorf("%d DMBs registered on A, want 1 (the idle one released, the one in use kept)", got)
-	}
+	assert.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered on A (the idle one released, the one in use kept)")
 	if p.tA.Find(third.GID(), smcd.RoleClient) != other {
 		t.Error("a group with another device ended too")
 	}
 	// The connection still closes cleanly: its DMB goes back to the device.
 	c.la.Close(true)
-	if got := p.devA.Stats().DMBsRegistered; got != 0 {
-		t.Errorf("%d DMBs registered on A after the last connection closed, want 0", got)
-	}
+	assert.Equal(t, 0, p.devA.Stats().DMBsRegistered, "DMBs registered on A after the last connection closed")
 }
 
 func TestFindOrCreate(t *testing.T) {
