@@ -69,10 +69,10 @@ type Config struct {
 	// a small write that leaves at most min(send space / 2, AutocorkSize) bytes pending is
 	// held back to go out with what follows (published by the next write, or as soon as
 	// the peer catches up). Default SMCLOOP_AUTOCORK_SIZE, else off: unlike the kernel's
-	// CDC messages, an SMC-D publication here is one atomic store, and holding writes
-	// measured slower (`smcloop bench --preset autocork`). 64 KiB is the kernel's
-	// net.smc.autocorking_size. Negative disables autocorking even if the environment
-	// enables it.
+	// CDC messages, an SMC-D publication here is one atomic store, so holding writes
+	// back saves little (docs/TUNING.md; `smcloop bench --preset autocork` compares).
+	// 64 KiB is the kernel's net.smc.autocorking_size. Negative disables autocorking
+	// even if the environment enables it.
 	AutocorkSize int
 	// AutosplitSize splits writes of at least 4/3 of it into segments of this size, each
 	// published as soon as it is copied, so the receiver copies out while the sender
@@ -95,8 +95,11 @@ type Config struct {
 	// HandshakeTimeout bounds one side's CLC exchange (the kernel's CLC_WAIT_TIME, 6 s). A timeout
 	// is an error, not a fallback. Default SMCLOOP_CLC_TIMEOUT, else 6 s.
 	HandshakeTimeout time.Duration
-	// Device is the emulated ISM device to use; nil means the process's default device,
-	// opened on first use with SMCLOOP_MAX_DMBS as its DMB limit.
+	// Device is the emulated ISM device the SMC-D backend uses; nil means the process's
+	// default device, opened on first use with SMCLOOP_MAX_DMBS as its DMB limit. It is
+	// the one setting that names a backend's type: the SMC-D handshake
+	// (handshake_smcd.go) is its only user. Off Linux there is no SMC-D and it is
+	// ignored.
 	Device *ism.Device
 }
 
@@ -109,7 +112,7 @@ type settings struct {
 	noSpin           bool // BusyPoll < 0: sleep at once, no spinning at all
 	autocork         int  // 0: off
 	autosplit        int  // 0: off
-	smcd             bool
+	smcd             bool // SMC-D is offered and accepted: enabled, and possible in this build
 	requireSMC       bool // RequireSMC: a fallback is an error
 	ueid             [clc.EIDLen]byte
 	handshakeTimeout time.Duration
@@ -335,10 +338,12 @@ func (c *Config) resolve() (*settings, error) {
 	s := &settings{
 		rmem: env.rmem, wmem: env.wmem, sendMode: env.sendMode, busyPoll: env.busyPoll,
 		autocork: env.autocork, autosplit: env.autosplit,
-		smcd: env.smcd && !c.DisableSMC, handshakeTimeout: env.handshakeTimeout, device: c.Device,
+		smcd: smcdAvailable && env.smcd && !c.DisableSMC, handshakeTimeout: env.handshakeTimeout, device: c.Device,
 		requireSMC: env.requireSMC || c.RequireSMC,
 	}
-	if s.requireSMC && !s.smcd {
+	// Off Linux RequireSMC is no configuration error: each connection fails with
+	// NOSMCDEV, as it would on a host without an SMC device.
+	if s.requireSMC && !s.smcd && smcdAvailable {
 		return nil, fmt.Errorf("smcloop: SMC-D is both required (Config.RequireSMC or SMCLOOP_REQUIRE_SMC=on) and disabled (Config.DisableSMC or SMCLOOP_SMCD=off), so every connection would fail; unset one of them")
 	}
 	if c.RMem != 0 {

@@ -1,9 +1,11 @@
 package smcloop
 
 import (
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestConfigErrorsSayWhatToChange(t *testing.T) {
@@ -21,48 +23,37 @@ func TestConfigErrorsSayWhatToChange(t *testing.T) {
 	for _, tc := range cases {
 		d := Dialer{Config: tc.cfg}
 		_, err := d.Dial("tcp", "127.0.0.1:1")
-		if err == nil {
-			t.Fatalf("%+v: Dial succeeded", tc.cfg)
-		}
+		require.Error(t, err, "%+v: Dial", tc.cfg)
 		lc := ListenConfig{Config: tc.cfg}
 		_, lerr := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-		if lerr == nil {
-			t.Fatalf("%+v: Listen succeeded", tc.cfg)
-		}
+		require.Error(t, lerr, "%+v: Listen", tc.cfg)
 		for _, w := range tc.want {
-			if !strings.Contains(err.Error(), w) || !strings.Contains(lerr.Error(), w) {
-				t.Errorf("%+v: errors %q / %q do not mention %q", tc.cfg, err, lerr, w)
-			}
+			assert.ErrorContains(t, err, w, "%+v: Dial", tc.cfg)
+			assert.ErrorContains(t, lerr, w, "%+v: Listen", tc.cfg)
 		}
 	}
-	if _, err := Dial("udp", "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "tcp, tcp4, tcp6 or unix stream sockets") {
-		t.Errorf("Dial on udp: %v", err)
-	}
-	if _, err := (&ListenConfig{Backlog: -1}).Listen(t.Context(), "tcp", "127.0.0.1:0"); err == nil {
-		t.Error("negative backlog accepted")
-	}
+	_, err := Dial("udp", "127.0.0.1:1")
+	assert.ErrorContains(t, err, "tcp, tcp4, tcp6 or unix stream sockets")
+	_, err = (&ListenConfig{Backlog: -1}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	assert.Error(t, err, "negative backlog")
 }
 
 func TestConfigRoundsUpToDMBSizes(t *testing.T) {
 	for _, tc := range []struct{ in, want int }{{1, 16 << 10}, {16 << 10, 16 << 10}, {16<<10 + 1, 32 << 10}, {100000, 128 << 10}, {1 << 20, 1 << 20}} {
 		s, err := (&Config{RMem: tc.in}).resolve()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.rmem != tc.want {
-			t.Errorf("RMem %d resolved to %d, want %d", tc.in, s.rmem, tc.want)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, s.rmem, "RMem %d", tc.in)
 	}
 }
 
 func TestEnvironment(t *testing.T) {
 	d, err := readEnv([]string{"SMCLOOP_RMEM=1M", "SMCLOOP_SEND_MODE=copy", "SMCLOOP_BUSY_POLL=200us", "SMCLOOP_SMCD=off", "SMCLOOP_UEID=TEST-1", "PATH=/bin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.rmem != 1<<20 || d.sendMode != SendCopy || d.busyPoll != 200*time.Microsecond || d.smcd || d.ueid != "TEST-1" {
-		t.Fatalf("parsed %+v", d)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, 1<<20, d.rmem)
+	assert.Equal(t, SendCopy, d.sendMode)
+	assert.Equal(t, 200*time.Microsecond, d.busyPoll)
+	assert.False(t, d.smcd)
+	assert.Equal(t, "TEST-1", d.ueid)
 	for _, bad := range []struct{ kv, want string }{
 		{"SMCLOOP_RMEM=lots", "SMCLOOP_RMEM"},
 		{"SMCLOOP_SEND_MODE=zero", "nocopy or copy"},
@@ -71,8 +62,7 @@ func TestEnvironment(t *testing.T) {
 		{"SMCLOOP_RMME=64K", "unknown environment variable SMCLOOP_RMME"},
 		{"SMCLOOP_MAX_DMBS=0", "positive"},
 	} {
-		if _, err := readEnv([]string{bad.kv}); err == nil || !strings.Contains(err.Error(), bad.want) {
-			t.Errorf("%s: error %v, want it to mention %q", bad.kv, err, bad.want)
-		}
+		_, err := readEnv([]string{bad.kv})
+		assert.ErrorContains(t, err, bad.want, bad.kv)
 	}
 }

@@ -34,7 +34,7 @@ func handshakeInBackground(ctx context.Context, tcp net.Conn, cfg *settings, tic
 		defer cancel()
 		hs.conn, hs.err = handshakeDialed(hctx, tcp, cfg, ticket, ka, network)
 	}()
-	return &Conn{hs: hs, net: "smcd"}
+	return &Conn{hs: hs, net: network}
 }
 
 // resolve returns the connection a method works on: c itself, or the connection a

@@ -24,7 +24,8 @@ type Dialer struct {
 
 // Dial connects to address on a TCP network ("tcp", "tcp4" or "tcp6"), or to a unix
 // stream socket ("unix": a path, or "@name" in the abstract namespace), and runs the SMC
-// handshake. The result uses SMC-D when both sides can, TCP otherwise (see UsingSMC).
+// handshake. The result uses SMC (SMC-D) when both sides can, TCP otherwise (see
+// UsingSMC). Where SMC-D cannot work (not Linux) it is plain TCP with reason NOSMCDEV.
 func Dial(network, address string) (*Conn, error) {
 	var d Dialer
 	return d.DialContext(context.Background(), network, address)
@@ -84,24 +85,18 @@ func (d *Dialer) dial(ctx context.Context, network, address string, background b
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
+	if !smcdAvailable {
+		// No SMC device can exist in this build (smcd_other.go): plain TCP, as a
+		// kernel SMC socket without a device falls back.
+		return d.dialPlain(ctx, network, address, cfg, clc.DeclNoSMCDev)
+	}
 	if network == "unix" {
 		return d.dialUnix(ctx, address, cfg, background)
 	}
 	if plainDestination(ctx, address) {
-		if cfg.requireSMC {
-			// No smcloop listener: the connection would be plain TCP. Fail without
-			// connecting, so the plain server sees nothing.
-			return nil, &net.OpError{Op: "dial", Net: network, Err: &FallbackError{Local: clc.DeclPeerNoSMC}}
-		}
 		// A literal address with no smcloop listener behind it: plain TCP, dialed as net
 		// would (its own keep-alive), without the hook that binds and announces.
-		tcp, err := d.NetDialer.DialContext(ctx, network, address)
-		if err != nil {
-			return nil, err
-		}
-		c := plainConn(tcp, cfg, clc.DeclPeerNoSMC)
-		countHandshake(sideClient, c, nil)
-		return c, nil
+		return d.dialPlain(ctx, network, address, cfg, clc.DeclPeerNoSMC)
 	}
 	if d.NetDialer.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -121,7 +116,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string, background b
 		return nil, err
 	}
 	if ticket == nil || !ticket.Established() {
-		c := plainConn(tcp, cfg, clc.DeclPeerNoSMC)
+		c := plainConn(tcp, cfg, network, clc.DeclPeerNoSMC)
 		countHandshake(sideClient, c, nil)
 		applyKeepAlive(c, ka)
 		return requireSMC(c, "dial", network)
@@ -132,10 +127,30 @@ func (d *Dialer) dial(ctx context.Context, network, address string, background b
 	return handshakeDialed(ctx, tcp, cfg, ticket, ka, network)
 }
 
+// dialPlain dials as net would and returns the connection as a fallback with reason,
+// no CLC spoken. With RequireSMC it fails without connecting, so the server sees
+// nothing.
+func (d *Dialer) dialPlain(ctx context.Context, network, address string, cfg *settings, reason uint32) (*Conn, error) {
+	if cfg.requireSMC {
+		var addr net.Addr
+		if network == "unix" {
+			addr = &net.UnixAddr{Name: address, Net: "unix"}
+		}
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: addr, Err: &FallbackError{Local: reason}}
+	}
+	conn, err := d.NetDialer.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	c := plainConn(conn, cfg, network, reason)
+	countHandshake(sideClient, c, nil)
+	return c, nil
+}
+
 // handshakeDialed runs the client handshake on a dialed TCP connection whose
 // announcement the listener takes.
 func handshakeDialed(ctx context.Context, tcp net.Conn, cfg *settings, ticket *presence.Ticket, ka net.KeepAliveConfig, network string) (*Conn, error) {
-	c, err := clientHandshake(ctx, tcp, cfg)
+	c, err := clientHandshake(ctx, tcp, cfg, network)
 	countHandshake(sideClient, c, err)
 	if err != nil {
 		if ticket != nil {

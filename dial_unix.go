@@ -26,16 +26,7 @@ func (d *Dialer) dialUnix(ctx context.Context, address string, cfg *settings, ba
 		pid = presence.LookupUnix(ctx, address)
 	}
 	if pid == 0 {
-		if cfg.requireSMC {
-			return nil, &net.OpError{Op: "dial", Net: "unix", Addr: &net.UnixAddr{Name: address, Net: "unix"}, Err: &FallbackError{Local: clc.DeclPeerNoSMC}}
-		}
-		conn, err := d.NetDialer.DialContext(ctx, "unix", address)
-		if err != nil {
-			return nil, err
-		}
-		c := plainConn(conn, cfg, clc.DeclPeerNoSMC)
-		countHandshake(sideClient, c, nil)
-		return c, nil
+		return d.dialPlain(ctx, "unix", address, cfg, clc.DeclPeerNoSMC)
 	}
 	nd := d.NetDialer
 	var conn net.Conn
@@ -52,7 +43,7 @@ func (d *Dialer) dialUnix(ctx context.Context, address string, cfg *settings, ba
 	if cred, err := peercred.UnixPeer(conn.(*net.UnixConn)); err != nil || cred.PID != pid {
 		// The socket at address is not the listener's any more (replaced after we
 		// looked): nothing there expects CLC, so none is spoken.
-		c := plainConn(conn, cfg, clc.DeclPeerNoSMC)
+		c := plainConn(conn, cfg, "unix", clc.DeclPeerNoSMC)
 		countHandshake(sideClient, c, nil)
 		return requireSMC(c, "dial", "unix")
 	}

@@ -32,9 +32,26 @@
 // makes a fallback an error, as Config.RequireSMC does; SMCLOOP_BUSY_POLL=200us sets a
 // busy-poll budget, and 0 keeps the default adaptive spin-yield.
 //
+// Errors follow net's conventions. Every error of a Conn, a Dial or a Listener is a
+// *net.OpError whose Net is the network the caller gave ("tcp", "tcp4", "tcp6" or
+// "unix"), whether the connection uses SMC or fell back, and beneath it errors.Is sees
+// the errno a kernel SMC socket would return (syscall.ECONNRESET for ErrPeerReset and
+// ErrPeerGone, EPIPE, ECONNABORTED), net.ErrClosed after Close and
+// os.ErrDeadlineExceeded for a deadline. A handshake that fails without a fallback
+// returns a *HandshakeError; one caused by a malformed CLC message, like a shared-memory
+// cursor out of range (*ProtocolError), matches ErrProtocol. A fallback refused by
+// RequireSMC is a *FallbackError, which matches clc.ErrDeclined.
+//
+// SMC-D needs Linux (memfd DMBs, eventfd doorbells, fd passing). The module builds on
+// every OS; elsewhere Dial and Listen speak no CLC and every connection is plain TCP with
+// fallback reason NOSMCDEV, as a kernel SMC socket on a host without an SMC device
+// falls back.
+//
 // The packages below the module root are the layers: shm (fd passing, peer credentials,
 // memfd regions), ism (the emulated ISM device: DMBs in memfd slabs, one signal channel
 // per device pair, in-process bells), cdc (cursors and the CDC area),
-// clc (handshake messages), smcd (the SMC-D backend and link groups), smcr (SMC-R wire
-// parts). docs/ARCHITECTURE.md describes the design as built.
+// clc (handshake messages), smcd (the SMC-D backend and its link groups), smcr (SMC-R
+// wire parts). The connection core in this package knows no backend: the SMC-D steps of
+// the handshake are in one file beside the shared CLC exchange, and docs/ARCHITECTURE.md
+// ("Adding a backend") describes how another backend joins.
 package smcloop

@@ -56,7 +56,7 @@ func (e *ProtocolError) Is(target error) bool {
 }
 
 // FallbackError is the error of a connection that would have fallen back to TCP while
-// SMC-D is required (Config.RequireSMC, SMCLOOP_REQUIRE_SMC). Local and Peer are the
+// SMC is required (Config.RequireSMC, SMCLOOP_REQUIRE_SMC). Local and Peer are the
 // decline codes FallbackReason would have reported (clc.CodeName names them); the TCP
 // connection is closed. It is temporary (net.Error), so an accept loop that retries
 // temporary errors, as http.Server's does, goes on serving.
@@ -65,14 +65,14 @@ type FallbackError struct {
 }
 
 func (e *FallbackError) Error() string {
-	return fmt.Sprintf("smcloop: SMC-D required (Config.RequireSMC or SMCLOOP_REQUIRE_SMC) but the connection would fall back to TCP: reason %s %s, peer %s",
+	return fmt.Sprintf("smcloop: SMC required (Config.RequireSMC or SMCLOOP_REQUIRE_SMC) but the connection would fall back to TCP: reason %s %s, peer %s",
 		hex32(e.Local), clc.CodeName(e.Local), peerName(e.Peer))
 }
 
 // Timeout reports false: the handshake ended, with a decline.
 func (e *FallbackError) Timeout() bool { return false }
 
-// Temporary reports true: the next connection may use SMC-D.
+// Temporary reports true: the next connection may use SMC.
 func (e *FallbackError) Temporary() bool { return true }
 
 // Is matches clc.ErrDeclined: the connection was declined, by a side or by the absence

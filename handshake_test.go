@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/internal/presence"
 	"github.com/smcloop/smcloop/ism"
@@ -23,24 +26,20 @@ func exchange(t testing.TB, a, b net.Conn) {
 		go func() { _, err := p[0].Write(msg); errc <- err }()
 		got := make([]byte, len(msg))
 		p[1].SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(p[1], got); err != nil || !bytes.Equal(got, msg) {
-			t.Fatalf("exchange: got %q, %v", got, err)
-		}
+		_, err := io.ReadFull(p[1], got)
+		require.NoError(t, err, "exchange")
+		require.Equal(t, msg, got, "exchange")
 		p[1].SetReadDeadline(time.Time{})
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, <-errc, "exchange: write")
 	}
 }
 
 func wantReasons(t testing.TB, c *Conn, local, peer uint32) {
 	t.Helper()
-	if c.UsingSMC() {
-		t.Fatalf("connection uses SMC, want fallback %#x/%#x", local, peer)
-	}
-	if l, p := c.FallbackReason(); l != local || p != peer {
-		t.Fatalf("fallback reasons %s/%s, want %s/%s", clc.CodeName(l), clc.CodeName(p), clc.CodeName(local), clc.CodeName(peer))
-	}
+	require.False(t, c.UsingSMC(), "connection uses SMC, want fallback %#x/%#x", local, peer)
+	l, p := c.FallbackReason()
+	require.Equal(t, clc.CodeName(local)+"/"+clc.CodeName(peer), clc.CodeName(l)+"/"+clc.CodeName(p), "fallback reasons")
+	require.Equal(t, [2]uint32{local, peer}, [2]uint32{l, p}, "fallback reason codes")
 }
 
 // registeredClient dials addr with the smcloop capability signal but speaks raw bytes: a
@@ -50,9 +49,7 @@ func registeredClient(t testing.TB, addr string) net.Conn {
 	var sig dialSignal
 	nd := net.Dialer{ControlContext: sig.control(net.Dialer{})}
 	c, err := nd.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tk := sig.take(c)
 	if tk == nil || !tk.Established() {
 		c.Close()
@@ -67,13 +64,9 @@ func registeredClient(t testing.TB, addr string) net.Conn {
 func advertisedServer(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	adv, err := presence.Advertise(ln.Addr().(*net.TCPAddr).AddrPort())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { adv.Close(); ln.Close() })
 	return ln
 }
@@ -81,9 +74,7 @@ func advertisedServer(t testing.TB) net.Listener {
 func acceptOne(t testing.TB, ln *Listener) *Conn {
 	t.Helper()
 	c, err := ln.AcceptSMC()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -91,36 +82,26 @@ func acceptOne(t testing.TB, ln *Listener) *Conn {
 func TestFallbackPeerNoSMC(t *testing.T) {
 	t.Run("smcloop dialer, plain server", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer ln.Close()
 		c, err := Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer c.Close()
 		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer s.Close()
 		wantReasons(t, c, clc.DeclPeerNoSMC, 0)
 		exchange(t, c, s)
-		if st := c.Stats(); st.CLCBytesSent != 0 || st.CLCBytesRecv != 0 {
-			t.Fatalf("CLC bytes on a plain connection: %+v", st)
-		}
+		st := c.Stats()
+		assert.Zero(t, st.CLCBytesSent, "CLC bytes sent on a plain connection")
+		assert.Zero(t, st.CLCBytesRecv, "CLC bytes received on a plain connection")
 	})
 	t.Run("plain dialer, smcloop listener", func(t *testing.T) {
 		ln, err := Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer ln.Close()
 		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer c.Close()
 		s := acceptOne(t, ln)
 		wantReasons(t, s, clc.DeclPeerNoSMC, 0)
@@ -149,16 +130,12 @@ func TestDeclineISMDisabled(t *testing.T) {
 
 func TestDeclineMaxDMB(t *testing.T) {
 	dev, err := ism.Open(ism.Config{MaxDMBs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer dev.Close()
 	first, firstPeer := pipe(t, Config{}, Config{Device: dev})
 	defer first.Close()
 	defer firstPeer.Close()
-	if !first.UsingSMC() {
-		t.Fatalf("first connection: %s", first.Mode())
-	}
+	require.True(t, first.UsingSMC(), "first connection: %s", first.Mode())
 	c, s := pipe(t, Config{}, Config{Device: dev})
 	defer c.Close()
 	defer s.Close()
@@ -200,20 +177,16 @@ func TestDeclineVersionMismatch(t *testing.T) {
 		done <- err
 	}()
 	c, err := Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantReasons(t, c, clc.DeclVersMismatch, 0)
 	msg := []byte("after the decline")
 	c.Write(msg)
 	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
-		t.Fatalf("echo over the fallback: %q %v", got, err)
-	}
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err, "echo over the fallback")
+	assert.Equal(t, msg, got, "echo over the fallback")
 	c.Close()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, <-done)
 }
 
 func TestLimitHandshakeCongestion(t *testing.T) {
@@ -223,9 +196,7 @@ func TestLimitHandshakeCongestion(t *testing.T) {
 		HandshakeWorkers: 1, LimitHandshake: &limit,
 	}
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	addr := ln.Addr().String()
 	// Two registered clients that never send a proposal: one occupies the only
@@ -235,14 +206,12 @@ func TestLimitHandshakeCongestion(t *testing.T) {
 	waitFor(t, func() bool { return ln.Stats().Withdrawn == 1 })
 
 	c, err := Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	wantReasons(t, c, clc.DeclPeerNoSMC, 0)
-	if st := c.Stats(); st.CLCBytesSent != 0 || st.CLCBytesRecv != 0 {
-		t.Fatalf("CLC bytes while congested: %+v", st)
-	}
+	st := c.Stats()
+	assert.Zero(t, st.CLCBytesSent, "CLC bytes sent while congested")
+	assert.Zero(t, st.CLCBytesRecv, "CLC bytes received while congested")
 	s := acceptOne(t, ln) // the stalled ones are still in their handshakes
 	wantReasons(t, s, clc.DeclPeerNoSMC, 0)
 	exchange(t, c, s)
@@ -250,9 +219,8 @@ func TestLimitHandshakeCongestion(t *testing.T) {
 	// The stalled handshakes time out (an error, not a fallback); the signal returns.
 	waitFor(t, func() bool { st := ln.Stats(); return st.HandshakeErrs == 2 && st.HandshakingNow == 0 })
 	c2, s2 := dialAccept(t, ln, Config{})
-	if !c2.UsingSMC() || !s2.UsingSMC() {
-		t.Fatalf("after congestion: %s / %s", c2.Mode(), s2.Mode())
-	}
+	require.True(t, c2.UsingSMC(), "client after congestion: %s", c2.Mode())
+	require.True(t, s2.UsingSMC(), "server after congestion: %s", s2.Mode())
 	exchange(t, c2, s2)
 }
 
@@ -260,9 +228,7 @@ func dialAccept(t testing.TB, ln *Listener, cfg Config) (*Conn, *Conn) {
 	t.Helper()
 	d := Dialer{Config: cfg}
 	c, err := d.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c, acceptOne(t, ln)
 }
@@ -285,16 +251,12 @@ func waitFor(t testing.TB, cond func() bool) {
 func TestHostileCLCClients(t *testing.T) {
 	lc := ListenConfig{Config: Config{HandshakeTimeout: 300 * time.Millisecond}, HandshakeWorkers: 4}
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	good := &clc.Proposal{Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathD, UEIDs: [][clc.EIDLen]byte{mustEID("SMCLOOP")}}
 	good.AddISMDevice(1, 2, clc.CHIDLoopback)
 	prop, err := good.Append(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	badEye := bytes.Clone(prop)
 	badEye[0] = 'X'
 	short := bytes.Clone(prop)
@@ -324,17 +286,13 @@ func TestHostileCLCClients(t *testing.T) {
 			c.Write(tc.send)
 			c.SetReadDeadline(time.Now().Add(20 * time.Second))
 			n, err := io.Copy(io.Discard, c)
-			if err != nil && !errors.Is(err, net.ErrClosed) && !isReset(err) {
-				t.Fatalf("listener did not drop the connection: %v", err)
+			if err != nil && !errors.Is(err, net.ErrClosed) {
+				require.True(t, isReset(err), "listener did not drop the connection: %v", err)
 			}
-			if n != 0 {
-				t.Fatalf("listener answered %d bytes to a malformed proposal", n)
-			}
+			require.Zero(t, n, "bytes the listener answered to a malformed proposal")
 			// The listener keeps serving.
 			a, b := dialAccept(t, ln, Config{})
-			if !a.UsingSMC() {
-				t.Fatalf("good client after %s: %s", tc.name, a.Mode())
-			}
+			require.True(t, a.UsingSMC(), "good client after %s: %s", tc.name, a.Mode())
 			exchange(t, a, b)
 		})
 	}
@@ -358,17 +316,18 @@ func mustEID(s string) [clc.EIDLen]byte {
 // message or nothing fails with a HandshakeError (no fallback, no hang, no panic).
 func TestHostileCLCServers(t *testing.T) {
 	cases := []struct {
-		name  string
-		reply []byte
+		name      string
+		reply     []byte
+		malformed bool
 	}{
-		{"garbage", bytes.Repeat([]byte("220 smtp ready\r\n"), 4)},
+		{"garbage", bytes.Repeat([]byte("220 smtp ready\r\n"), 4), true},
 		{"proposal instead of accept", func() []byte {
 			p := &clc.Proposal{Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathD, UEIDs: [][clc.EIDLen]byte{mustEID("SMCLOOP")}}
 			p.AddISMDevice(1, 2, clc.CHIDLoopback)
 			b, _ := p.Append(nil)
 			return b
-		}()},
-		{"silence", nil},
+		}(), true},
+		{"silence", nil, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -384,13 +343,12 @@ func TestHostileCLCServers(t *testing.T) {
 			}()
 			d := Dialer{Config: Config{HandshakeTimeout: 200 * time.Millisecond}}
 			c, err := d.Dial("tcp", ln.Addr().String())
-			var he *HandshakeError
-			if err == nil || !errors.As(err, &he) {
-				if c != nil {
-					c.Close()
-				}
-				t.Fatalf("Dial: %v, want a HandshakeError", err)
+			if c != nil {
+				c.Close()
 			}
+			var he *HandshakeError
+			require.ErrorAs(t, err, &he)
+			assert.Equal(t, tc.malformed, errors.Is(err, ErrProtocol), "errors.Is(%v, ErrProtocol)", err)
 		})
 	}
 }
@@ -406,9 +364,7 @@ func FuzzServerHandshake(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	lc := ListenConfig{Config: Config{HandshakeTimeout: 50 * time.Millisecond}, HandshakeWorkers: 8}
 	ln, err := lc.Listen(f.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
+	require.NoError(f, err)
 	f.Cleanup(func() { ln.Close() })
 	go func() { // accept whatever survives the handshake (a declined client) and drop it
 		for {
@@ -433,9 +389,7 @@ func FuzzServerHandshake(f *testing.F) {
 				break
 			}
 		}
-		if st := ln.Stats(); st.HandshakingNow > 8 {
-			t.Fatalf("handshakes pile up: %+v", st)
-		}
+		require.LessOrEqual(t, ln.Stats().HandshakingNow, 8, "handshakes pile up")
 	})
 }
 
@@ -447,56 +401,40 @@ func FuzzServerHandshake(f *testing.F) {
 // the first client's late writes land in that connection's ring.
 func TestServerDMBLingersAfterFailedAccept(t *testing.T) {
 	srvDev, err := ism.Open(ism.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { srvDev.Close() }) // after the connections' cleanups: it unmaps their DMBs
 	lc := ListenConfig{Config: Config{Device: srvDev}}
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	cliDev, err := defaultDevice(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 
 	// A scripted client proposes this process's default device, reads the Accept and
 	// hangs up without a Confirm.
 	p := &clc.Proposal{Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathD, UEIDs: [][clc.EIDLen]byte{mustEID("SMCLOOP")}}
 	p.AddISMDevice(cliDev.GID().Hi, cliDev.GID().Ext, clc.CHIDLoopback)
 	prop, err := p.Append(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c := registeredClient(t, ln.Addr().String())
-	if _, err := c.Write(prop); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.Write(prop)
+	require.NoError(t, err)
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	buf := make([]byte, clc.MaxProposalLen)
 	_, raw, err := clc.ReadMsg(c, clc.TypeAccept, buf)
-	if err != nil {
-		t.Fatalf("reading the server's answer: %v", err)
-	}
+	require.NoError(t, err, "reading the server's answer")
 	m, err := clc.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	acc, ok := m.(*clc.AcceptConfirm)
-	if !ok {
-		t.Fatalf("server answered %T, want an Accept", m)
-	}
+	require.NoError(t, err)
+	require.IsType(t, (*clc.AcceptConfirm)(nil), m, "the server's answer")
+	acc := m.(*clc.AcceptConfirm)
 	before := ln.Stats().HandshakeErrs
 	c.Close()
 	waitFor(t, func() bool { return ln.Stats().HandshakeErrs > before })
 
 	// The next connection between the same two devices gets another DMB.
 	a, b := dialAccept(t, ln, Config{})
-	if !a.UsingSMC() || !b.UsingSMC() {
-		t.Fatalf("second connection: %s / %s", a.Mode(), b.Mode())
-	}
+	require.True(t, a.UsingSMC(), "second connection, client: %s", a.Mode())
+	require.True(t, b.UsingSMC(), "second connection, server: %s", b.Mode())
 	if tok := b.link.(*smcd.Link).RxToken(); tok == acc.Token {
 		t.Fatalf("the server gave the next connection DMB %#x, whose token the failed handshake's client holds", tok)
 	}

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/smcd"
 )
@@ -50,36 +53,31 @@ func TestHostileProducerCursorAbortsOnlyThatConnection(t *testing.T) {
 			buf := make([]byte, 16)
 			_, err := a.Read(buf)
 			var pe *ProtocolError
-			if !errors.As(err, &pe) || !errors.Is(err, ErrProtocol) || !errors.Is(err, syscall.ECONNABORTED) {
-				t.Fatalf("Read after hostile cursor %v: err = %v, want a ProtocolError", tc.prod, err)
-			}
+			require.ErrorAs(t, err, &pe, "Read after hostile cursor %v", tc.prod)
+			assert.ErrorIs(t, err, ErrProtocol)
+			assert.ErrorIs(t, err, syscall.ECONNABORTED)
 			var ce *cdc.CursorError
-			if !errors.As(err, &ce) || ce.Got != tc.prod {
-				t.Fatalf("error does not carry the cursor: %v", err)
-			}
+			require.ErrorAs(t, err, &ce, "the error carries the cursor")
+			assert.Equal(t, tc.prod, ce.Got)
 			// The connection stays aborted; the peer learns of the abort.
-			if _, err := a.Read(buf); !errors.Is(err, syscall.ECONNABORTED) {
-				t.Fatalf("second Read: %v, want ECONNABORTED", err)
-			}
-			if _, err := a.Write(buf); !errors.Is(err, syscall.ECONNABORTED) {
-				t.Fatalf("Write after abort: %v, want ECONNABORTED", err)
-			}
+			_, err = a.Read(buf)
+			assert.ErrorIs(t, err, syscall.ECONNABORTED, "second Read")
+			_, err = a.Write(buf)
+			assert.ErrorIs(t, err, syscall.ECONNABORTED, "Write after abort")
 			b.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if _, err := b.Read(buf); !errors.Is(err, syscall.ECONNRESET) {
-				t.Fatalf("peer Read: %v, want ECONNRESET", err)
-			}
+			_, err = b.Read(buf)
+			assert.ErrorIs(t, err, syscall.ECONNRESET, "peer Read")
 		})
 	}
 
 	// Other connections of the process carry on.
 	msg := []byte("still here")
-	if _, err := other.Write(msg); err != nil {
-		t.Fatal(err)
-	}
+	_, err := other.Write(msg)
+	require.NoError(t, err)
 	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(other, got); err != nil || string(got) != string(msg) {
-		t.Fatalf("other connection: %q, %v", got, err)
-	}
+	_, err = io.ReadFull(other, got)
+	require.NoError(t, err, "other connection")
+	assert.Equal(t, msg, got, "other connection")
 }
 
 func TestHostileConsumerCursorAbortsWriter(t *testing.T) {
@@ -89,9 +87,7 @@ func TestHostileConsumerCursorAbortsWriter(t *testing.T) {
 	// Nothing was sent, so the consumer cursor may not move at all.
 	localArea(a).StoreCons(cdc.PackWord(cdc.Cursor{Count: 100}, 0, 0))
 	_, err := a.Write([]byte("x"))
-	if !errors.Is(err, ErrProtocol) {
-		t.Fatalf("Write after consumer cursor ran ahead: %v", err)
-	}
+	assert.ErrorIs(t, err, ErrProtocol, "Write after the consumer cursor ran ahead")
 }
 
 // FuzzPeerCDC writes arbitrary producer and consumer words into a live connection's CDC

@@ -1,7 +1,6 @@
 package smcloop
 
 import (
-	"errors"
 	"net"
 	"os"
 	"testing"
@@ -18,18 +17,16 @@ func TestHSLimiterCount(t *testing.T) {
 	h := hsLimiter{workers: 2, slow: 10 * time.Millisecond}
 	for i := range 2 {
 		h.started(t0)
-		if h.signal() != signalUp || h.countCongested() {
-			t.Fatalf("%d handshakes for 2 workers: congested", i+1)
-		}
+		require.Equal(t, signalUp, h.signal(), "%d handshakes for 2 workers", i+1)
+		require.False(t, h.countCongested(), "%d handshakes for 2 workers", i+1)
 	}
 	h.started(t0)
-	if h.signal() != signalDown || !h.countCongested() {
-		t.Fatal("3 handshakes for 2 workers: not congested")
-	}
+	assert.Equal(t, signalDown, h.signal(), "3 handshakes for 2 workers")
+	assert.True(t, h.countCongested(), "3 handshakes for 2 workers")
 	h.finished(t0, t0.Add(time.Millisecond), true)
-	if h.signal() != signalUp || h.countCongested() || h.state != breakerClosed {
-		t.Fatalf("back to 2 fast handshakes: signal %d, state %d", h.signal(), h.state)
-	}
+	assert.Equal(t, signalUp, h.signal(), "back to 2 fast handshakes")
+	assert.False(t, h.countCongested(), "back to 2 fast handshakes")
+	assert.Equal(t, breakerClosed, h.state, "back to 2 fast handshakes")
 }
 
 func TestHSLimiterBreaker(t *testing.T) {
@@ -40,36 +37,31 @@ func TestHSLimiterBreaker(t *testing.T) {
 	// A failed handshake, however long, is not timed.
 	h.started(ms(0))
 	h.finished(ms(0), ms(6000), false)
-	if h.signal() != signalUp {
-		t.Fatal("a failed handshake opened the breaker")
-	}
+	require.Equal(t, signalUp, h.signal(), "a failed handshake opened the breaker")
 	// A slow completed one opens it for 50ms.
 	h.started(ms(0))
 	h.started(ms(1)) // admitted before the breaker opened
 	h.finished(ms(0), ms(20), true)
-	if h.signal() != signalDown || h.state != breakerOpen || h.backoff != 50*time.Millisecond {
-		t.Fatalf("after a 20ms handshake: signal %d state %d backoff %v", h.signal(), h.state, h.backoff)
-	}
-	if next := h.tick(ms(40)); !next.Equal(ms(70)) || h.signal() != signalDown {
-		t.Fatalf("tick before the back-off: next %v signal %d", next, h.signal())
-	}
-	if next := h.tick(ms(70)); !next.IsZero() || h.state != breakerHalfOpen || h.signal() != signalProbe {
-		t.Fatalf("tick after the back-off: next %v state %d signal %d", next, h.state, h.signal())
-	}
+	require.Equal(t, signalDown, h.signal(), "after a 20ms handshake")
+	require.Equal(t, breakerOpen, h.state, "after a 20ms handshake")
+	require.Equal(t, 50*time.Millisecond, h.backoff, "after a 20ms handshake")
+	next := h.tick(ms(40))
+	require.Equal(t, ms(70), next, "tick before the back-off")
+	require.Equal(t, signalDown, h.signal(), "tick before the back-off")
+	next = h.tick(ms(70))
+	require.True(t, next.IsZero(), "tick after the back-off: next %v", next)
+	require.Equal(t, breakerHalfOpen, h.state, "tick after the back-off")
+	require.Equal(t, signalProbe, h.signal(), "tick after the back-off")
 	// One probe passes, then the signal is down until it is timed.
 	h.started(ms(71))
-	if h.signal() != signalDown {
-		t.Fatal("half-open breaker advertises after admitting its probe")
-	}
+	require.Equal(t, signalDown, h.signal(), "half-open breaker after admitting its probe")
 	h.finished(ms(1), ms(72), true) // the old handshake says nothing about now
-	if h.state != breakerHalfOpen {
-		t.Fatalf("an old handshake moved the half-open breaker to %d", h.state)
-	}
+	require.Equal(t, breakerHalfOpen, h.state, "after an old handshake")
 	// A slow probe doubles the back-off, up to 1s.
 	h.finished(ms(71), ms(91), true)
-	if h.state != breakerOpen || h.backoff != 100*time.Millisecond || !h.retryAt.Equal(ms(191)) {
-		t.Fatalf("slow probe: state %d backoff %v retry %v", h.state, h.backoff, h.retryAt)
-	}
+	require.Equal(t, breakerOpen, h.state, "slow probe")
+	require.Equal(t, 100*time.Millisecond, h.backoff, "slow probe")
+	require.Equal(t, ms(191), h.retryAt, "slow probe")
 	now := ms(191)
 	for range 10 {
 		h.tick(now)
@@ -77,16 +69,15 @@ func TestHSLimiterBreaker(t *testing.T) {
 		h.finished(now, now.Add(20*time.Millisecond), true)
 		now = h.retryAt
 	}
-	if h.backoff != time.Second {
-		t.Fatalf("back-off after many slow probes: %v, want 1s", h.backoff)
-	}
+	require.Equal(t, time.Second, h.backoff, "back-off after many slow probes")
 	// A fast probe closes it and resets the back-off.
 	h.tick(now)
 	h.started(now)
 	h.finished(now, now.Add(time.Millisecond), true)
-	if h.state != breakerClosed || h.backoff != 0 || h.signal() != signalUp || h.handshaking != 0 {
-		t.Fatalf("fast probe: state %d backoff %v signal %d handshaking %d", h.state, h.backoff, h.signal(), h.handshaking)
-	}
+	assert.Equal(t, breakerClosed, h.state, "fast probe")
+	assert.Zero(t, h.backoff, "fast probe")
+	assert.Equal(t, signalUp, h.signal(), "fast probe")
+	assert.Zero(t, h.handshaking, "fast probe")
 }
 
 // TestLimitHandshakeSlow shows the time test on a real listener: a handshake slower
@@ -96,38 +87,36 @@ func TestLimitHandshakeSlow(t *testing.T) {
 	limit := true
 	lc := ListenConfig{LimitHandshake: &limit, HandshakeDelay: 30 * time.Millisecond, SlowHandshake: 10 * time.Millisecond}
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 
 	c1, s1 := dialAccept(t, ln, Config{})
-	if !c1.UsingSMC() || !s1.UsingSMC() {
-		t.Fatalf("first connection: %s / %s", c1.Mode(), s1.Mode())
-	}
+	require.True(t, c1.UsingSMC(), "first connection, client: %s", c1.Mode())
+	require.True(t, s1.UsingSMC(), "first connection, server: %s", s1.Mode())
 	exchange(t, c1, s1)
 	waitFor(t, func() bool { return ln.Stats().Withdrawn == 1 })
 
 	c2, s2 := dialAccept(t, ln, Config{})
 	wantReasons(t, c2, clc.DeclPeerNoSMC, 0)
 	wantReasons(t, s2, clc.DeclPeerNoSMC, 0)
-	if st := c2.Stats(); st.CLCBytesSent != 0 || st.CLCBytesRecv != 0 {
-		t.Fatalf("CLC bytes while withdrawn: %+v", st)
-	}
+	st := c2.Stats()
+	assert.Zero(t, st.CLCBytesSent, "CLC bytes sent while withdrawn")
+	assert.Zero(t, st.CLCBytesRecv, "CLC bytes received while withdrawn")
 	exchange(t, c2, s2)
 
 	// After the back-off the breaker lets one probe through; it is slow too, so the
 	// signal goes down again.
 	waitFor(t, func() bool { return ln.Stats().Probing })
 	c3, s3 := dialAccept(t, ln, Config{})
-	if !c3.UsingSMC() || !s3.UsingSMC() {
-		t.Fatalf("probe connection: %s / %s", c3.Mode(), s3.Mode())
-	}
+	require.True(t, c3.UsingSMC(), "probe connection, client: %s", c3.Mode())
+	require.True(t, s3.UsingSMC(), "probe connection, server: %s", s3.Mode())
 	exchange(t, c3, s3)
 	waitFor(t, func() bool { st := ln.Stats(); return !st.Probing && !st.Advertising })
-	if st := ln.Stats(); st.SMC != 2 || st.Fallback != 1 || st.HandshakeErrs != 0 || st.Withdrawn != 1 {
-		t.Fatalf("listener counters: %+v", st)
-	}
+	ls := ln.Stats()
+	assert.Equal(t, uint64(2), ls.SMC, "listener SMC")
+	assert.Equal(t, uint64(1), ls.Fallback, "listener Fallback")
+	assert.Zero(t, ls.HandshakeErrs, "listener HandshakeErrs")
+	assert.Equal(t, uint64(1), ls.Withdrawn, "listener Withdrawn")
 }
 
 // TestListenerCloseAbortsHandshakes: Close ends handshakes in progress at once (the
@@ -135,9 +124,7 @@ func TestLimitHandshakeSlow(t *testing.T) {
 func TestListenerCloseAbortsHandshakes(t *testing.T) {
 	lc := ListenConfig{Config: Config{HandshakeTimeout: time.Hour}, HandshakeWorkers: 2}
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	addr := ln.Addr().String()
 	stalled := []net.Conn{registeredClient(t, addr), registeredClient(t, addr), registeredClient(t, addr)}
 	waitFor(t, func() bool { return ln.Stats().HandshakingNow == 3 }) // two running, one queued
@@ -145,17 +132,16 @@ func TestListenerCloseAbortsHandshakes(t *testing.T) {
 	go func() { done <- ln.Close() }()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return while handshakes were stalled")
 	}
 	for i, c := range stalled {
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("stalled client %d after Close: read %d, %v; want the connection closed", i, n, err)
-		}
+		n, err := c.Read(make([]byte, 1))
+		assert.Zero(t, n, "stalled client %d after Close", i)
+		require.Error(t, err, "stalled client %d after Close", i)
+		assert.NotErrorIs(t, err, os.ErrDeadlineExceeded, "stalled client %d after Close: want the connection closed", i)
 	}
 }
 
@@ -166,23 +152,17 @@ func TestHandshakeWorkersComeAndGo(t *testing.T) {
 	off := false
 	lc := ListenConfig{Config: Config{HandshakeTimeout: time.Hour}, HandshakeWorkers: workers, LimitHandshake: &off}
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	running := func() int { return workers - len(ln.idle) }
-	if n := running(); n != 0 {
-		t.Fatalf("%d workers run on an idle listener", n)
-	}
+	require.Zero(t, running(), "workers on an idle listener")
 	// Clients that announce CLC and never send their proposal hold their handshakes.
 	stalled := make([]net.Conn, clients)
 	for i := range stalled {
 		stalled[i] = registeredClient(t, ln.Addr().String())
 	}
 	waitFor(t, func() bool { return ln.Stats().HandshakingNow == clients })
-	if n := running(); n != workers {
-		t.Fatalf("%d workers run with %d handshakes waiting, want %d", n, clients, workers)
-	}
+	require.Equal(t, workers, running(), "workers with %d handshakes waiting", clients)
 	for _, c := range stalled {
 		c.Close() // each handshake fails; the workers go through the queue
 	}
@@ -191,9 +171,7 @@ func TestHandshakeWorkersComeAndGo(t *testing.T) {
 
 	// A new client gets a worker again.
 	a, b := dialAccept(t, ln, Config{})
-	if !a.UsingSMC() {
-		t.Fatalf("client after the burst: %s", a.Mode())
-	}
+	require.True(t, a.UsingSMC(), "client after the burst: %s", a.Mode())
 	exchange(t, a, b)
 	waitFor(t, func() bool { return running() == 0 })
 }

@@ -68,7 +68,7 @@ type ListenConfig struct {
 // ListenerStats are a listener's counters.
 type ListenerStats struct {
 	Accepted       uint64 // TCP connections taken from the kernel
-	SMC            uint64 // handshakes that ended in SMC-D
+	SMC            uint64 // handshakes that ended in SMC
 	Fallback       uint64 // connections delivered as TCP (no signal, decline, congestion)
 	HandshakeErrs  uint64 // handshakes that failed (timeout, I/O, protocol): dropped
 	Congested      uint64 // times the listener entered handshake congestion
@@ -84,7 +84,7 @@ type ListenerStats struct {
 }
 
 // advert is a listener's capability signal: *presence.Advert for TCP,
-// *presence.UnixAdvert for unix sockets.
+// *presence.UnixAdvert for unix sockets, noAdvert where SMC-D cannot work.
 type advert interface {
 	Withdraw()
 	Restore()
@@ -92,16 +92,29 @@ type advert interface {
 	Close() error
 }
 
+// noAdvert is the signal of a listener in a build without SMC-D (smcd_other.go): none,
+// so no client announces and every connection is delivered as TCP.
+type noAdvert struct{}
+
+func (noAdvert) Withdraw()    {}
+func (noAdvert) Restore()     {}
+func (noAdvert) Probe(uint32) {}
+func (noAdvert) Close() error { return nil }
+
 // Listener accepts SMC connections. Its accept loop never waits on a handshake: it
 // classifies each TCP connection by its slot in the registration table, hands the SMC
 // ones to a bounded set of handshake workers and delivers the plain ones directly.
 type Listener struct {
 	tcp     net.Listener
+	network string // as given to Listen, for errors
 	cfg     *settings
 	limitHS bool
 	workers int
 	delay   time.Duration
 	adv     advert // our capability signal (and, for TCP, registration table)
+	// plainReason is the fallback reason of a client that did not announce itself:
+	// PEERNOSMC, or NOSMCDEV in a build without SMC-D.
+	plainReason uint32
 	// keepAlive is the TCP keep-alive for connections delivered as TCP.
 	keepAlive net.KeepAliveConfig
 
@@ -144,7 +157,9 @@ type Listener struct {
 // Listen listens on a TCP address ("tcp", "tcp4", "tcp6") or a unix stream socket
 // ("unix": a path, or "@name" in the abstract namespace) and accepts SMC connections
 // with process defaults. Over a unix socket the CLC exchange and the liveness channel
-// use the socket, and a fallback carries the bytes on it.
+// use the socket, and a fallback carries the bytes on it. Where SMC-D cannot work (not
+// Linux) the listener advertises nothing and delivers every connection as plain TCP with
+// reason NOSMCDEV.
 func Listen(network, address string) (*Listener, error) {
 	var lc ListenConfig
 	return lc.Listen(context.Background(), network, address)
@@ -187,6 +202,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if lc.LimitHandshake != nil {
 		limit = *lc.LimitHandshake
 	}
+	if !smcdAvailable {
+		limit = false // nothing to withdraw
+	}
 	nlc := lc.NetListenConfig
 	ka := keepAliveConfig(nlc.KeepAlive, nlc.KeepAliveConfig)
 	nlc.KeepAlive, nlc.KeepAliveConfig = -1, noKeepAlive // applied to fallbacks (keepalive.go)
@@ -195,7 +213,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return nil, err
 	}
 	l := &Listener{
-		tcp: tcp, cfg: cfg, limitHS: limit, keepAlive: ka, workers: workers, delay: lc.HandshakeDelay,
+		tcp: tcp, network: network, cfg: cfg, limitHS: limit, plainReason: clc.DeclPeerNoSMC, keepAlive: ka, workers: workers, delay: lc.HandshakeDelay,
 		ready:   make(chan *Conn, backlog),
 		slots:   make(chan struct{}, backlog),
 		jobs:    make(chan hsJob, backlog),
@@ -207,10 +225,16 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		closed:  make(chan struct{}),
 	}
 	switch a := tcp.Addr().(type) {
-	case *net.TCPAddr:
-		l.adv, err = presence.Advertise(a.AddrPort())
-	case *net.UnixAddr:
-		l.adv, err = presence.AdvertiseUnix(a.Name)
+	case *net.TCPAddr, *net.UnixAddr:
+		if !smcdAvailable {
+			// No SMC-D in this build (smcd_other.go): nothing to advertise, and every
+			// client is delivered as TCP with NOSMCDEV.
+			l.adv, l.plainReason, l.signal = noAdvert{}, clc.DeclNoSMCDev, signalDown
+		} else if ta, ok := a.(*net.TCPAddr); ok {
+			l.adv, err = presence.Advertise(ta.AddrPort())
+		} else {
+			l.adv, err = presence.AdvertiseUnix(a.(*net.UnixAddr).Name)
+		}
 	default:
 		err = fmt.Errorf("listener address %v is neither TCP nor unix", a)
 	}
@@ -283,7 +307,7 @@ func (l *Listener) acceptLoop() {
 		l.accepted.Add(1)
 		if !l.clientAnnounced(tcp) {
 			l.fallback.Add(1)
-			c := plainConn(tcp, l.cfg, clc.DeclPeerNoSMC)
+			c := plainConn(tcp, l.cfg, l.network, l.plainReason)
 			countHandshake(sideServer, c, nil)
 			applyKeepAlive(c, l.keepAlive)
 			l.deliver(c)
@@ -330,7 +354,10 @@ type hsJob struct {
 // registration table, i.e. is an smcloop dialer about to send a CLC Proposal, and
 // consumes the announcement.
 func (l *Listener) clientAnnounced(tcp net.Conn) bool {
-	if _, ok := l.adv.(*presence.UnixAdvert); ok {
+	switch l.adv.(type) {
+	case noAdvert:
+		return false
+	case *presence.UnixAdvert:
 		return presence.UnixAnnounced(tcp.RemoteAddr())
 	}
 	la, ok1 := tcp.LocalAddr().(*net.TCPAddr)
@@ -456,8 +483,8 @@ func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool 
 		case <-l.closed:
 		}
 	}
-	c, err := serverHandshake(context.Background(), tcp, l.cfg) // Close aborts it (inflight)
-	slot.Store(nil)                                             // from here on the connection is ours to deliver or drop
+	c, err := serverHandshake(context.Background(), tcp, l.cfg, l.network) // Close aborts it (inflight)
+	slot.Store(nil)                                                        // from here on the connection is ours to deliver or drop
 	countHandshake(sideServer, c, err)
 	<-l.hsSlots
 	if err != nil {
@@ -501,7 +528,7 @@ func (l *Listener) declineBusy(tcp net.Conn) {
 	l.busyDeclined.Add(1)
 	go func() {
 		defer l.wg.Done()
-		c, err := serverDecline(context.Background(), tcp, l.cfg, clc.DeclMem) // Close aborts it (busyTCP)
+		c, err := serverDecline(context.Background(), tcp, l.cfg, l.network, clc.DeclMem) // Close aborts it (busyTCP)
 		l.busyMu.Lock()
 		delete(l.busyTCP, tcp)
 		l.busyMu.Unlock()
@@ -540,7 +567,7 @@ func (l *Listener) deliver(c *Conn) {
 	}
 }
 
-// Accept waits for the next connection (SMC-D, or TCP after a fallback).
+// Accept waits for the next connection (SMC, or TCP after a fallback).
 func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.AcceptSMC()
 	if err != nil {
@@ -556,14 +583,14 @@ func (l *Listener) AcceptSMC() (*Conn, error) {
 	select {
 	case c := <-l.ready:
 		<-l.slots
-		return requireSMC(c, "accept", "smcd")
+		return requireSMC(c, "accept", l.network)
 	case <-l.closed:
 	}
 	// Prefer connections that made it before the close.
 	select {
 	case c := <-l.ready:
 		<-l.slots
-		return requireSMC(c, "accept", "smcd")
+		return requireSMC(c, "accept", l.network)
 	default:
 	}
 	l.mu.Lock()
@@ -572,7 +599,7 @@ func (l *Listener) AcceptSMC() (*Conn, error) {
 	if err == nil {
 		err = net.ErrClosed
 	}
-	return nil, &net.OpError{Op: "accept", Net: "smcd", Addr: l.tcp.Addr(), Err: err}
+	return nil, &net.OpError{Op: "accept", Net: l.network, Addr: l.tcp.Addr(), Err: err}
 }
 
 // Stats returns a snapshot of the listener's counters.

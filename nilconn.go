@@ -10,4 +10,6 @@ import (
 // is safe to call on it and fails as on a closed connection.
 var errNilConn = fmt.Errorf("smcloop: nil *Conn (the result of a failed Dial or Accept): %w", net.ErrClosed)
 
-func nilConnError(op string) error { return &net.OpError{Op: op, Net: "smcd", Err: errNilConn} }
+// nilConnError is a nil *Conn's error. It names no network (OpError.Net is empty): a
+// nil *Conn was dialed on none.
+func nilConnError(op string) error { return &net.OpError{Op: op, Err: errNilConn} }

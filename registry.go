@@ -57,13 +57,15 @@ type regEntry struct {
 	gone bool
 }
 
-// connMeter holds a connection's registry entry and the counters only introspection
-// reads: full buffers and the request size histograms.
+// connMeter holds what a connection reports beyond the core's own counters: its
+// registry entry, the buffer sizes its backend allocated (Stats), and the counters only
+// introspection reads: full buffers and the request size histograms.
 type connMeter struct {
-	entry          *regEntry // set before the connection is handed out; nil if never registered
-	rxFull, txFull atomic.Uint64
-	rxSizes        sizeHist // reads by bytes received
-	txSizes        sizeHist // writes by bytes requested
+	entry                *regEntry // set before the connection is handed out; nil if never registered
+	rmbSize, peerRMBSize int       // set by the handshake: the receive buffers as the backend counts them
+	rxFull, txFull       atomic.Uint64
+	rxSizes              sizeHist // reads by bytes received
+	txSizes              sizeHist // writes by bytes requested
 }
 
 type sizeHist [introspect.HistBuckets]atomic.Uint64
@@ -218,7 +220,7 @@ func (e *regEntry) info(pid int) (introspect.Conn, bool) {
 	c.ctlMu.Unlock()
 	ci.State = state.String()
 	if c.smc {
-		ci.Mode = introspect.ModeSMCD
+		ci.Mode = c.Mode() // the backend's name
 		ci.BytesSent, ci.BytesRecv = st.SMCBytesSent, st.SMCBytesRecv
 		rxProd, _, _ := cdc.UnpackWord(c.link.LoadPeerProd())
 		txCons, _, _ := cdc.UnpackWord(c.link.LoadPeerCons())
@@ -348,11 +350,7 @@ func handleQuery(req introspect.Request) introspect.Response {
 	}
 }
 
-var (
-	introOnce sync.Once
-	introSrv  *introspect.Server
-	introErr  error
-)
+var introOnce sync.Once
 
 // startIntrospection starts the process's endpoint once, unless SMCLOOP_INTROSPECT
 // turns it off. A failure (the name taken, no descriptor) leaves the process without
@@ -364,6 +362,8 @@ func startIntrospection() {
 				return
 			}
 		}
-		introSrv, introErr = introspect.Listen(introspect.Name(os.Getpid()), handleQuery)
+		// The endpoint serves for the rest of the process, like the process's ISM
+		// device; its goroutines keep it.
+		_, _ = introspect.Listen(introspect.Name(os.Getpid()), handleQuery)
 	})
 }

@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"github.com/smcloop/smcloop/shm"
-	"github.com/smcloop/smcloop/smcd"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // echoServer listens and echoes each connection until its client's CloseWrite, then closes
@@ -14,9 +15,7 @@ import (
 func echoServer(t *testing.T) (*Listener, <-chan struct{}) {
 	t.Helper()
 	ln, err := Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	served := make(chan struct{})
 	go func() {
@@ -38,21 +37,15 @@ func TestSteadyConnectionsReuseBuffers(t *testing.T) {
 	ln, served := echoServer(t)
 	one := func() {
 		c, err := Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !c.UsingSMC() {
-			t.Fatalf("fell back: %s", c.Mode())
-		}
+		require.NoError(t, err)
+		require.True(t, c.UsingSMC(), "fell back: %s", c.Mode())
 		msg := []byte("request")
-		if _, err := c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		c.CloseWrite()
+		_, err = c.Write(msg)
+		require.NoError(t, err)
+		require.NoError(t, c.CloseWrite())
 		got, err := io.ReadAll(c) // until the server's close
-		if err != nil || string(got) != string(msg) {
-			t.Fatalf("echo %q, %v", got, err)
-		}
+		require.NoError(t, err)
+		require.Equal(t, msg, got)
 		c.Close()
 		<-served // the server side has returned its buffers too
 	}
@@ -69,9 +62,8 @@ func TestSteadyConnectionsReuseBuffers(t *testing.T) {
 	expectOnlyReuse(t, base, n)
 	fds2, _ := shm.OpenFDs()
 	maps2, _ := shm.CountMappings("smcloop-dmb")
-	if fds2 > fds+2 || maps2 != maps {
-		t.Fatalf("resources grew: fds %d -> %d, DMB mappings %d -> %d", fds, fds2, maps, maps2)
-	}
+	assert.LessOrEqual(t, fds2, fds+2, "open fds grew")
+	assert.Equal(t, maps, maps2, "DMB mappings")
 }
 
 // TestBurstsReuseBuffers: bursts of many connections at once (more than any fixed cache
@@ -84,24 +76,18 @@ func TestBurstsReuseBuffers(t *testing.T) {
 		conns := make([]*Conn, width)
 		for i := range conns {
 			c, err := Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !c.UsingSMC() {
-				t.Fatalf("fell back: %s", c.Mode())
-			}
+			require.NoError(t, err)
+			require.True(t, c.UsingSMC(), "fell back: %s", c.Mode())
 			conns[i] = c
 		}
 		for i, c := range conns {
 			msg := fmt.Appendf(nil, "request %d", i)
-			if _, err := c.Write(msg); err != nil {
-				t.Fatal(err)
-			}
-			c.CloseWrite()
+			_, err := c.Write(msg)
+			require.NoError(t, err)
+			require.NoError(t, c.CloseWrite())
 			got, err := io.ReadAll(c)
-			if err != nil || string(got) != string(msg) {
-				t.Fatalf("echo %q, %v; want %q", got, err, msg)
-			}
+			require.NoError(t, err)
+			require.Equal(t, msg, got)
 			c.Close()
 		}
 		for range width {
@@ -120,17 +106,11 @@ func TestBurstsReuseBuffers(t *testing.T) {
 // expectOnlyReuse fails the test unless the n connections since base, each with both
 // sides in this process, registered no DMB and attached no peer DMB, and reused a DMB and
 // a peer mapping on each side.
-func expectOnlyReuse(t *testing.T, base smcd.BufferStats, n int) {
+func expectOnlyReuse(t *testing.T, base BufferStats, n int) {
 	t.Helper()
 	got := ProcessStatistics().Buffers
-	if got.RMBAlloc != base.RMBAlloc || got.PeerAttach != base.PeerAttach {
-		t.Fatalf("allocations grew over %d connections: RMB %d -> %d, attaches %d -> %d",
-			n, base.RMBAlloc, got.RMBAlloc, base.PeerAttach, got.PeerAttach)
-	}
-	if reused := got.RMBReuse - base.RMBReuse; reused != uint64(2*n) {
-		t.Fatalf("%d DMB reuses over %d connections, want %d (client and server side)", reused, n, 2*n)
-	}
-	if reused := got.PeerReuse - base.PeerReuse; reused != uint64(2*n) {
-		t.Fatalf("%d peer mapping reuses, want %d", reused, 2*n)
-	}
+	assert.Equal(t, base.RMBAlloc, got.RMBAlloc, "DMBs registered over %d connections", n)
+	assert.Equal(t, base.PeerAttach, got.PeerAttach, "peer DMBs attached over %d connections", n)
+	assert.Equal(t, uint64(2*n), got.RMBReuse-base.RMBReuse, "DMB reuses over %d connections (client and server side)", n)
+	assert.Equal(t, uint64(2*n), got.PeerReuse-base.PeerReuse, "peer mapping reuses over %d connections", n)
 }

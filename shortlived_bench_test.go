@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkShortLived is one short-lived connection per op (dial, 64-byte request and
@@ -18,18 +20,14 @@ func BenchmarkShortLived(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			ln, err := Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			defer ln.Close()
 			go serveShortLived(ln)
 			req := make([]byte, 64)
 			b.ReportAllocs()
 			for b.Loop() {
 				c, err := tc.dial(ln.Addr().String())
-				if err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, err)
 				c.Write(req)
 				if _, err := io.ReadFull(c, req); err != nil {
 					b.Fatal(err)
@@ -44,9 +42,7 @@ func BenchmarkShortLived(b *testing.B) {
 // BenchmarkShortLivedParallel runs many short-lived connections at once.
 func BenchmarkShortLivedParallel(b *testing.B) {
 	ln, err := Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer ln.Close()
 	go serveShortLived(ln)
 	b.SetParallelism(64)

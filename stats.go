@@ -3,9 +3,6 @@ package smcloop
 import (
 	"sync"
 	"sync/atomic"
-
-	"github.com/smcloop/smcloop/cdc"
-	"github.com/smcloop/smcloop/smcd"
 )
 
 // ConnStats are a connection's counters, after the kernel's smc_stats where it has one.
@@ -34,7 +31,8 @@ type ConnStats struct {
 	// the consumer-cursor publications.
 	Pushes, CorkPushes, NoDelayPushes, SendfileCalls uint64
 	Autocorked, AutosplitSegments, WindowUpdates     uint64
-	// RMBSize and PeerRMBSize are the local and peer DMB sizes (0 after a fallback).
+	// RMBSize and PeerRMBSize are the local and peer receive buffer sizes as the
+	// backend allocates them (for SMC-D the DMBs, CDC area included; 0 after a fallback).
 	RMBSize, PeerRMBSize int
 	// PeerRMBElastic reports that the peer's DMB is elastic (docs/TUNING.md, "Buffers"):
 	// SendWindow is how many bytes this side lets be in flight in it now, and
@@ -104,7 +102,7 @@ func (c *Conn) Stats() ConnStats {
 	if c.smc {
 		lc := c.link.Counters()
 		s.RingsSent, s.RingsSuppressed, s.Sleeps, s.MoveDataCalls = lc.RingsSent, lc.RingsSuppressed, lc.Sleeps, lc.MoveDataCalls
-		s.RMBSize, s.PeerRMBSize = c.rxSize+cdc.AreaSize, c.txSize+cdc.AreaSize
+		s.RMBSize, s.PeerRMBSize = c.meter.rmbSize, c.meter.peerRMBSize
 		w := &c.txw
 		s.PeerRMBElastic = w.elastic
 		s.SendWindow, s.PeerRMBCommitted = int(w.winNow.Load()), int(w.committedNow.Load())
@@ -119,20 +117,34 @@ func (c *Conn) Stats() ConnStats {
 // Statistics are process-wide counters, after the kernel's per-netns SMC statistics
 // (`smcd stats`): handshake outcomes, fallback reasons and buffer reuse.
 type Statistics struct {
-	ClientSMC, ServerSMC                   uint64 // handshakes that ended in SMC-D (clnt/srv_v2_succ_cnt)
+	ClientSMC, ServerSMC                   uint64 // handshakes that ended in SMC (clnt/srv_v2_succ_cnt)
 	ClientFallback, ServerFallback         uint64 // connections that fell back to TCP (clnt/srv_fback_cnt)
 	ClientHandshakeErr, ServerHandshakeErr uint64 // handshakes that failed without fallback
 	// ClientReasons and ServerReasons count fallbacks by local reason code (the kernel
 	// keeps up to 30 distinct codes per side; so do we).
 	ClientReasons, ServerReasons map[uint32]uint64
-	// Buffers counts DMB allocations, reuses and downgrades and peer mappings.
-	Buffers smcd.BufferStats
+	// Buffers counts buffer allocations, reuses and downgrades and peer mappings, summed
+	// over the backends (the SMC-D backend's DMBs and link groups).
+	Buffers BufferStats
+}
+
+// BufferStats are the process-wide buffer counters of the backends (the kernel's
+// rmb_rx / rmb_tx alloc_cnt, reuse_cnt and dgrade_cnt, and the link groups).
+type BufferStats struct {
+	RMBAlloc     uint64 // local receive buffers allocated (SMC-D: DMBs registered, memfd_create + mmap)
+	RMBReuse     uint64 // local receive buffers reused from a link group
+	RMBDowngrade uint64 // connections given a smaller receive buffer than requested
+	PeerAttach   uint64 // peer buffers attached (SMC-D: fd passing + mmap)
+	PeerReuse    uint64 // peer buffer mappings reused from a link group
+	LinkGroups   uint64 // link groups created
+	Terminated   uint64 // link groups terminated because the peer vanished
+	IdleFreed    uint64 // idle local buffers and peer mappings released (unused too long, or the device's limit)
 }
 
 const maxFallbackReasons = 30 // SMC_MAX_FBACK_RSN_CNT
 
 // procStats are the process-wide counters. Every connection updates them, from every
-// CPU, so they are lock-free: a mutex here showed up in short-lived connection rates.
+// CPU, so they are lock-free.
 var procStats struct {
 	smc, fallback, hsErr [2]atomic.Uint64
 	reasons              [2]reasonCounts
@@ -205,6 +217,6 @@ func ProcessStatistics() Statistics {
 		ClientFallback: procStats.fallback[sideClient].Load(), ServerFallback: procStats.fallback[sideServer].Load(),
 		ClientHandshakeErr: procStats.hsErr[sideClient].Load(), ServerHandshakeErr: procStats.hsErr[sideServer].Load(),
 		ClientReasons: procStats.reasons[sideClient].snapshot(), ServerReasons: procStats.reasons[sideServer].snapshot(),
-		Buffers: smcd.Stats(),
+		Buffers: smcdProcessBuffers(),
 	}
 }

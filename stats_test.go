@@ -5,6 +5,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/smcloop/smcloop/clc"
 )
 
@@ -14,51 +17,68 @@ import (
 func TestProcessStatisticsHandshakes(t *testing.T) {
 	before := ProcessStatistics()
 	ln, err := Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	c, s := dialAccept(t, ln, Config{}) // SMC on both sides
-	if !c.UsingSMC() || !s.UsingSMC() {
-		t.Fatalf("not SMC: %s / %s", c.Mode(), s.Mode())
-	}
+	require.True(t, c.UsingSMC(), c.Mode())
+	require.True(t, s.UsingSMC(), s.Mode())
 	pc, err := net.Dial("tcp", ln.Addr().String()) // plain client: server fallback
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer pc.Close()
 	acceptOne(t, ln)
 	plain, err := net.Listen("tcp", "127.0.0.1:0") // plain server: client fallback
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer plain.Close()
 	fc, err := Dial("tcp", plain.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer fc.Close()
 
 	after := ProcessStatistics()
-	delta := func(a, b uint64) uint64 { return a - b }
-	if d := delta(after.ClientSMC, before.ClientSMC); d != 1 {
-		t.Errorf("ClientSMC +%d, want +1", d)
-	}
-	if d := delta(after.ServerSMC, before.ServerSMC); d != 1 {
-		t.Errorf("ServerSMC +%d, want +1", d)
-	}
-	if d := delta(after.ClientFallback, before.ClientFallback); d != 1 {
-		t.Errorf("ClientFallback +%d, want +1", d)
-	}
-	if d := delta(after.ServerFallback, before.ServerFallback); d != 1 {
-		t.Errorf("ServerFallback +%d, want +1", d)
-	}
-	if d := delta(after.ClientReasons[clc.DeclPeerNoSMC], before.ClientReasons[clc.DeclPeerNoSMC]); d != 1 {
-		t.Errorf("ClientReasons[PEERNOSMC] +%d, want +1", d)
-	}
-	if d := delta(after.ServerReasons[clc.DeclPeerNoSMC], before.ServerReasons[clc.DeclPeerNoSMC]); d != 1 {
-		t.Errorf("ServerReasons[PEERNOSMC] +%d, want +1", d)
-	}
+	assert.Equal(t, uint64(1), after.ClientSMC-before.ClientSMC, "ClientSMC")
+	assert.Equal(t, uint64(1), after.ServerSMC-before.ServerSMC, "ServerSMC")
+	assert.Equal(t, uint64(1), after.ClientFallback-before.ClientFallback, "ClientFallback")
+	assert.Equal(t, uint64(1), after.ServerFallback-before.ServerFallback, "ServerFallback")
+	assert.Equal(t, uint64(1), after.ClientReasons[clc.DeclPeerNoSMC]-before.ClientReasons[clc.DeclPeerNoSMC], "ClientReasons[PEERNOSMC]")
+	assert.Equal(t, uint64(1), after.ServerReasons[clc.DeclPeerNoSMC]-before.ServerReasons[clc.DeclPeerNoSMC], "ServerReasons[PEERNOSMC]")
+	assert.Zero(t, after.ClientHandshakeErr-before.ClientHandshakeErr, "ClientHandshakeErr")
+	assert.Zero(t, after.ServerHandshakeErr-before.ServerHandshakeErr, "ServerHandshakeErr")
+}
+
+// TestStatsBufferSizes: an SMC connection reports the receive buffers its backend
+// allocated on each side (for SMC-D the whole DMB, CDC area included), the two sides'
+// figures mirror each other, and a fallback reports none.
+func TestStatsBufferSizes(t *testing.T) {
+	ln, err := (&ListenConfig{Config: Config{RMem: 32 << 10}}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	c, s := dialAccept(t, ln, Config{RMem: 128 << 10})
+	require.True(t, c.UsingSMC(), c.Mode())
+	cs, ss := c.Stats(), s.Stats()
+	assert.Equal(t, 128<<10, cs.RMBSize, "client RMBSize")
+	assert.Equal(t, 32<<10, cs.PeerRMBSize, "client PeerRMBSize")
+	assert.Equal(t, cs.RMBSize, ss.PeerRMBSize, "server PeerRMBSize")
+	assert.Equal(t, cs.PeerRMBSize, ss.RMBSize, "server RMBSize")
+
+	f, _ := dialAccept(t, ln, Config{DisableSMC: true})
+	require.False(t, f.UsingSMC(), f.Mode())
+	fs := f.Stats()
+	assert.Zero(t, fs.RMBSize)
+	assert.Zero(t, fs.PeerRMBSize)
+}
+
+// TestProcessStatisticsBuffers: the backend's buffer counters reach ProcessStatistics:
+// a connection between two sides of this process gets a receive buffer and a peer
+// mapping on each side, allocated or reused.
+func TestProcessStatisticsBuffers(t *testing.T) {
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	before := ProcessStatistics().Buffers
+	c, _ := dialAccept(t, ln, Config{})
+	require.True(t, c.UsingSMC(), c.Mode())
+	after := ProcessStatistics().Buffers
+	assert.Equal(t, uint64(2), (after.RMBAlloc+after.RMBReuse)-(before.RMBAlloc+before.RMBReuse), "receive buffers")
+	assert.Equal(t, uint64(2), (after.PeerAttach+after.PeerReuse)-(before.PeerAttach+before.PeerReuse), "peer mappings")
 }
 
 // TestReasonCounterCap: at most maxFallbackReasons distinct codes are kept, however many
@@ -77,12 +97,9 @@ func TestReasonCounterCap(t *testing.T) {
 	}
 	wg.Wait()
 	got := r.snapshot()
-	if len(got) != maxFallbackReasons || r.n != maxFallbackReasons {
-		t.Fatalf("%d codes kept (count %d), want %d", len(got), r.n, maxFallbackReasons)
-	}
+	require.Len(t, got, maxFallbackReasons)
+	assert.Equal(t, maxFallbackReasons, r.n)
 	for code, n := range got {
-		if n != 8 {
-			t.Fatalf("code %d counted %d times, want 8", code, n)
-		}
+		assert.Equal(t, uint64(8), n, "code %d", code)
 	}
 }

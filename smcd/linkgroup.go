@@ -469,12 +469,36 @@ type groupKey struct {
 	role Role
 }
 
-// NewGroups returns an empty link group table for dev and takes over dev's event
-// handler to follow the peers' link group shutdowns.
+// deviceGroups holds each device's link group table (*ism.Device → *Groups): a device
+// has one table for the process's life, as a kernel ISM device has one smcd_dev.lgr_list.
+var deviceGroups sync.Map
+
+// GroupsFor returns dev's link group table, creating it on first use. Every handshake on
+// dev uses this one table, so connections between the same two devices share their link
+// group and its buffers whichever Dial or Listen made them.
+func GroupsFor(dev *ism.Device) *Groups {
+	if t, ok := deviceGroups.Load(dev); ok {
+		return t.(*Groups)
+	}
+	t, loaded := deviceGroups.LoadOrStore(dev, newGroups(dev))
+	g := t.(*Groups)
+	if !loaded {
+		dev.SetEventHandler(g.event)
+	}
+	return g
+}
+
+// NewGroups returns an empty link group table for dev, apart from the one GroupsFor
+// keeps, and takes over dev's event handler to follow the peers' link group shutdowns.
+// It is for a device that only its caller uses (tests); handshakes use GroupsFor.
 func NewGroups(dev *ism.Device) *Groups {
-	t := &Groups{dev: dev, groups: make(map[groupKey]*LinkGroup), sweepEvery: IdleSweep}
+	t := newGroups(dev)
 	dev.SetEventHandler(t.event)
 	return t
+}
+
+func newGroups(dev *ism.Device) *Groups {
+	return &Groups{dev: dev, groups: make(map[groupKey]*LinkGroup), sweepEvery: IdleSweep}
 }
 
 // event handles a peer's software event: SHUTDOWN of a link group terminates our side

@@ -9,6 +9,8 @@ import (
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/ism"
 	"github.com/smcloop/smcloop/smcd"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // firstNonZero reports the first non-zero byte of b, or -1.
@@ -35,9 +37,7 @@ func TestGetDMBReusesAfterPeerDone(t *testing.T) {
 	before := smcd.Stats()
 	m := getDMB(t, g, 64<<10)
 	expectDelta(t, "first GetDMB", before, smcd.BufferStats{RMBAlloc: 1})
-	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
-		t.Fatalf("%d DMBs registered, want 1", st.DMBsRegistered)
-	}
+	require.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered")
 	dirty(m)
 	g.PutDMB(m, true)
 
@@ -172,9 +172,7 @@ func TestGetDMBDowngradesAtTheDeviceLimit(t *testing.T) {
 		t.Fatalf("GetDMB(16 KiB) at the limit with a 32 KiB DMB idle = %v, downgraded=%v, %v; want a new 16 KiB DMB", m2, down, err)
 	}
 	expectDelta(t, "idle DMB giving way", before, smcd.BufferStats{RMBAlloc: 1, IdleFreed: 1})
-	if st := p.devA.Stats(); st.DMBsRegistered != 2 {
-		t.Errorf("%d DMBs registered, want 2 (the limit)", st.DMBsRegistered)
-	}
+	assert.Equal(t, 2, p.devA.Stats().DMBsRegistered, "DMBs registered (the limit)")
 	g.PutDMB(m, true)
 	g.PutDMB(m2, true)
 }
@@ -183,9 +181,7 @@ func TestIdleDMBsOfOtherGroupsGiveWayAtTheDeviceLimit(t *testing.T) {
 	p := newPair(t, ism.Config{MaxDMBs: 3}, ism.Config{})
 	// A second group on device A: A as the server of B (the pair's group is the client).
 	other, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	idle := []*ism.DMB{getDMB(t, p.gA, ism.MinDMBSize), getDMB(t, p.gA, ism.MinDMBSize)}
 	lingering := getDMB(t, p.gA, ism.MinDMBSize)
 	p.gA.PutDMB(idle[0], true)
@@ -195,9 +191,7 @@ func TestIdleDMBsOfOtherGroupsGiveWayAtTheDeviceLimit(t *testing.T) {
 	before := smcd.Stats()
 	m := getDMB(t, other, 64<<10)
 	expectDelta(t, "the other group's idle DMBs giving way", before, smcd.BufferStats{RMBAlloc: 1, IdleFreed: 3})
-	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
-		t.Errorf("%d DMBs registered, want 1", st.DMBsRegistered)
-	}
+	assert.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered")
 	other.PutDMB(m, true)
 }
 
@@ -208,18 +202,14 @@ func TestAttachCachesPeerMappingsByToken(t *testing.T) {
 
 	before := smcd.Stats()
 	r, err := p.gA.Attach(m.Token(), m.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	expectDelta(t, "first Attach", before, smcd.BufferStats{PeerAttach: 1})
 	p.gA.Release(r)
 
 	before = smcd.Stats()
 	made, served := p.devA.Stats().AttachesMade, p.devB.Stats().AttachesServed
 	r2, err := p.gA.Attach(m.Token(), m.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	expectDelta(t, "Attach after Release", before, smcd.BufferStats{PeerReuse: 1})
 	if r2 != r {
 		t.Fatal("the cached mapping was not reused")
@@ -237,9 +227,7 @@ func TestAttachCachesPeerMappingsByToken(t *testing.T) {
 	// the first mapping is unmapped when it is released.
 	before = smcd.Stats()
 	r3, err := p.gA.Attach(m.Token(), m.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	expectDelta(t, "Attach of a token in use", before, smcd.BufferStats{PeerAttach: 1})
 	if r3 == r2 {
 		t.Fatal("a mapping in use was handed out twice")
@@ -274,9 +262,7 @@ func TestIdleRemotesStayCachedUntilSwept(t *testing.T) {
 	attach := func(i int) *ism.RemoteDMB {
 		t.Helper()
 		r, err := p.gA.Attach(dmbs[i].Token(), ism.MinDMBSize)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return r
 	}
 	for i := range dmbs {
@@ -378,13 +364,9 @@ func TestIdleLocalDMBsStayUntilSwept(t *testing.T) {
 	before = smcd.Stats()
 	g.SweepIdle()
 	expectDelta(t, "second sweep", before, smcd.BufferStats{IdleFreed: n - 10})
-	if got := registered(); got != 10 {
-		t.Errorf("%d DMBs registered after the second sweep, want the 10 reused since", got)
-	}
+	assert.Equal(t, 10, registered(), "DMBs registered after the second sweep")
 	g.SweepIdle()
-	if got := registered(); got != 0 {
-		t.Errorf("%d DMBs registered after the third sweep, want 0", got)
-	}
+	assert.Equal(t, 0, registered(), "DMBs registered after the third sweep")
 }
 
 // TestIdleSweepTimer: the sweep runs on its own while buffers are idle and releases them.
@@ -395,9 +377,7 @@ func TestIdleSweepTimer(t *testing.T) {
 	base := devA.Stats().DMBsRegistered
 	tA.SetIdleSweep(time.Millisecond, func(*smcd.LinkGroup) { swept <- devA.Stats().DMBsRegistered - base })
 	g, err := tA.Create(devB.GID(), smcd.RoleClient, [4]byte{1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { g.Terminate(false) })
 	g.PutDMB(getDMB(t, g, ism.MinDMBSize), true)
 	// The first sweep keeps it (idle for less than a period), the second releases it.
@@ -426,21 +406,15 @@ func TestTerminateReleasesAndRefuses(t *testing.T) {
 
 	peerIdle, peerInUse := getDMB(t, p.gB, ism.MinDMBSize), getDMB(t, p.gB, ism.MinDMBSize)
 	rIdle, err := g.Attach(peerIdle.Token(), ism.MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rInUse, err := g.Attach(peerInUse.Token(), ism.MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	g.Release(rIdle)
 
 	before := smcd.Stats()
 	g.Terminate(false)
 	expectDelta(t, "Terminate", before, smcd.BufferStats{Terminated: 1})
-	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
-		t.Errorf("%d DMBs registered after Terminate, want 1 (the one in use)", st.DMBsRegistered)
-	}
+	assert.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered after Terminate (the one in use)")
 	if rIdle.Bytes() != nil {
 		t.Error("an idle peer mapping survived Terminate")
 	}
@@ -463,9 +437,7 @@ func TestTerminateReleasesAndRefuses(t *testing.T) {
 	// Buffers in use go when their connections close.
 	g.PutDMB(inUse, true)
 	g.Release(rInUse)
-	if st := p.devA.Stats(); st.DMBsRegistered != 0 {
-		t.Errorf("%d DMBs registered after the last connection closed", st.DMBsRegistered)
-	}
+	assert.Equal(t, 0, p.devA.Stats().DMBsRegistered, "DMBs registered after the last connection closed")
 	if rInUse.Bytes() != nil {
 		t.Error("a released peer mapping of a terminated group stayed mapped")
 	}
@@ -491,17 +463,13 @@ func TestCreateReplacesAndRetiresTheOldGroup(t *testing.T) {
 	old.PutDMB(idle, true)
 	peer := getDMB(t, p.gB, ism.MinDMBSize)
 	r, err := old.Attach(peer.Token(), ism.MinDMBSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	old.Release(r)
 
 	before := smcd.Stats()
 	id := [4]byte{1, 2, 3, 4}
 	g, err := p.tA.Create(p.devB.GID(), smcd.RoleClient, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	expectDelta(t, "Create", before, smcd.BufferStats{LinkGroups: 1})
 	if g == old || g.ID() != id || g.Peer() != p.devB.GID() {
 		t.Fatalf("new group id %x peer %s", g.ID(), g.Peer())
@@ -515,9 +483,7 @@ func TestCreateReplacesAndRetiresTheOldGroup(t *testing.T) {
 	if r.Bytes() != nil {
 		t.Error("the replaced group's idle peer mapping is still mapped")
 	}
-	if st := p.devA.Stats(); st.DMBsRegistered != 1 {
-		t.Errorf("%d DMBs registered, want 1 (the one still in use)", st.DMBsRegistered)
-	}
+	assert.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered (the one still in use)")
 	// The new group starts empty: it allocates.
 	before = smcd.Stats()
 	m := getDMB(t, g, ism.MinDMBSize)
@@ -539,9 +505,7 @@ func TestCreateChoosesRandomIDs(t *testing.T) {
 	seen := map[[4]byte]bool{}
 	for range 20 {
 		g, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if g.ID() == ([4]byte{}) {
 			t.Fatal("Create chose the zero id")
 		}
@@ -561,9 +525,7 @@ func TestShutdownEventFollowsThePeer(t *testing.T) {
 	tA, tB, tC := smcd.NewGroups(a), smcd.NewGroups(b), smcd.NewGroups(c)
 	create := func(tab *smcd.Groups, peer *ism.Device, role smcd.Role, id byte) *smcd.LinkGroup {
 		g, err := tab.Create(peer.GID(), role, [4]byte{id, 0xA, 0xB, 0xC})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { g.Terminate(false) })
 		return g
 	}
@@ -645,14 +607,10 @@ func TestShutdownEventFollowsThePeer(t *testing.T) {
 func TestTerminatePeerEndsBothRoles(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
 	server, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{5, 5, 5, 5})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	third := openDevice(t, ism.Config{})
 	other, err := p.tA.Create(third.GID(), smcd.RoleClient, [4]byte{6, 6, 6, 6})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer other.Terminate(false)
 	before := smcd.Stats()
 	p.tA.TerminatePeer(p.devB.GID())
@@ -689,20 +647,14 @@ func TestPeerDeviceGoneTerminatesItsGroups(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
 	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false) // both devices now talk to each other
 	server, err := p.tA.Create(p.devB.GID(), smcd.RoleServer, [4]byte{3, 3, 3, 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	third := openDevice(t, ism.Config{})
 	other, err := p.tA.Create(third.GID(), smcd.RoleClient, [4]byte{4, 4, 4, 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer other.Terminate(false)
 	idle := getDMB(t, p.gA, ism.MinDMBSize)
 	p.gA.PutDMB(idle, true)
-	if got := p.devA.Stats().DMBsRegistered; got != 2 {
-		t.Fatalf("%d DMBs registered on A, want 2", got)
-	}
+	require.Equal(t, 2, p.devA.Stats().DMBsRegistered, "DMBs registered on A")
 
 	before := smcd.Stats()
 	p.devB.Close()
@@ -713,17 +665,13 @@ func TestPeerDeviceGoneTerminatesItsGroups(t *testing.T) {
 	if _, _, err := server.GetDMB(ism.MinDMBSize, false); err == nil {
 		t.Error("the server-role group with the vanished peer still hands out DMBs")
 	}
-	if got := p.devA.Stats().DMBsRegistered; got != 1 {
-		t.Errorf("%d DMBs registered on A, want 1 (the idle one released, the one in use kept)", got)
-	}
+	assert.Equal(t, 1, p.devA.Stats().DMBsRegistered, "DMBs registered on A (the idle one released, the one in use kept)")
 	if p.tA.Find(third.GID(), smcd.RoleClient) != other {
 		t.Error("a group with another device ended too")
 	}
 	// The connection still closes cleanly: its DMB goes back to the device.
 	c.la.Close(true)
-	if got := p.devA.Stats().DMBsRegistered; got != 0 {
-		t.Errorf("%d DMBs registered on A after the last connection closed, want 0", got)
-	}
+	assert.Equal(t, 0, p.devA.Stats().DMBsRegistered, "DMBs registered on A after the last connection closed")
 }
 
 func TestFindOrCreate(t *testing.T) {
@@ -818,4 +766,29 @@ func TestFindOrCreateConcurrentFirstContact(t *testing.T) {
 		expectDelta(t, "concurrent first contact", before, smcd.BufferStats{LinkGroups: 1})
 		groups[0].Terminate(false)
 	}
+}
+
+// TestGroupsForIsOnePerDevice: every caller gets the same table for a device, however
+// many ask at once, and another device has its own.
+func TestGroupsForIsOnePerDevice(t *testing.T) {
+	devA, devB := openDevice(t, ism.Config{}), openDevice(t, ism.Config{})
+	const callers = 8
+	got := make([]*smcd.Groups, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() { got[i] = smcd.GroupsFor(devA) })
+	}
+	wg.Wait()
+	for i := range callers {
+		assert.Same(t, got[0], got[i], "caller %d", i)
+	}
+	tB := smcd.GroupsFor(devB)
+	assert.NotSame(t, got[0], tB)
+
+	g, created, err := got[0].FindOrCreate(devB.GID(), smcd.RoleClient, [4]byte{7, 7, 7, 7})
+	require.NoError(t, err)
+	t.Cleanup(func() { g.Terminate(false) })
+	assert.True(t, created)
+	assert.Same(t, g, smcd.GroupsFor(devA).Find(devB.GID(), smcd.RoleClient))
+	assert.Nil(t, tB.Find(devA.GID(), smcd.RoleServer))
 }
