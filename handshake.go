@@ -205,17 +205,9 @@ func (h *handshake) established() (*Conn, error) {
 	if err != nil {
 		return nil, h.fail("building the SMC-D link", err)
 	}
-	l.Init()
 	h.tcp.SetDeadline(time.Time{})
 	h.tcp.pending = h.rd.leftover() // the monitor reports any as a protocol violation
-	c := &Conn{
-		tcp: h.tcp, cfg: h.cfg, net: "smcd", smc: true, link: l,
-		state:  StateActive,
-		rxSize: h.dmb.Size() - cdc.AreaSize, txSize: h.peerSize - cdc.AreaSize,
-		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
-		server: h.side == "server",
-	}
-	c.initWindow()
+	c := newBackendConn(h.tcp, h.cfg, l, h.side == "server")
 	if n := len(h.tcp.pending); n > 0 {
 		// The peer sent more after its last CLC message: nothing may follow it on TCP.
 		c.abort(fmt.Errorf("%d unexpected bytes on the CLC socket of an established SMC connection", n))

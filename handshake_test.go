@@ -497,7 +497,7 @@ func TestServerDMBLingersAfterFailedAccept(t *testing.T) {
 	if !a.UsingSMC() || !b.UsingSMC() {
 		t.Fatalf("second connection: %s / %s", a.Mode(), b.Mode())
 	}
-	if tok := b.link.(*smcd.Link).RxToken(); tok == acc.Token {
+	if tok := b.backend.(*smcd.Link).RxToken(); tok == acc.Token {
 		t.Fatalf("the server gave the next connection DMB %#x, whose token the failed handshake's client holds", tok)
 	}
 	exchange(t, a, b)

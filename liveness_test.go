@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // TestLiveness: the TCP connection is the liveness channel, watched by the process's
@@ -132,7 +134,7 @@ func waitAsleep(t *testing.T, c *Conn) {
 // stallingLink is a link whose Violation waits until release is closed, as terminating
 // a link group waits for a peer device that never answers the SHUTDOWN event.
 type stallingLink struct {
-	link
+	datapath.Backend
 	entered  chan struct{} // closed when Violation starts
 	release  chan struct{}
 	lost     chan struct{} // closed when PeerLost starts
@@ -140,8 +142,8 @@ type stallingLink struct {
 	nLost    atomic.Int32
 }
 
-func newStallingLink(l link) *stallingLink {
-	return &stallingLink{link: l, entered: make(chan struct{}), release: make(chan struct{}), lost: make(chan struct{})}
+func newStallingLink(l datapath.Backend) *stallingLink {
+	return &stallingLink{Backend: l, entered: make(chan struct{}), release: make(chan struct{}), lost: make(chan struct{})}
 }
 
 func (s *stallingLink) Violation() {
@@ -149,14 +151,14 @@ func (s *stallingLink) Violation() {
 		close(s.entered)
 	}
 	<-s.release
-	s.link.Violation()
+	s.Backend.Violation()
 }
 
 func (s *stallingLink) PeerLost() {
 	if s.nLost.Add(1) == 1 {
 		close(s.lost)
 	}
-	s.link.PeerLost()
+	s.Backend.PeerLost()
 }
 
 // TestLivenessWatcherNeverWaitsOnPeerDevice: a peer breaks the protocol on one
@@ -171,8 +173,8 @@ func TestLivenessWatcherNeverWaitsOnPeerDevice(t *testing.T) {
 	honest, honestSrv := pipe(t, Config{BusyPoll: -1}, Config{})
 	defer honest.Close()
 	defer honestSrv.Close()
-	stall := newStallingLink(hostile.link)
-	hostile.link = stall
+	stall := newStallingLink(hostile.backend)
+	hostile.backend = stall
 	released := false
 	release := func() {
 		if !released {

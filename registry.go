@@ -214,16 +214,15 @@ func (e *regEntry) info(pid int) (introspect.Conn, bool) {
 		ci.Side = "server"
 	}
 	c.ctlMu.Lock()
-	state, rxCons := c.state, c.ctlCons
+	state, rxCons := c.state, c.ctl.Cursor
 	c.ctlMu.Unlock()
 	ci.State = state.String()
 	if c.smc {
 		ci.Mode = introspect.ModeSMCD
 		ci.BytesSent, ci.BytesRecv = st.SMCBytesSent, st.SMCBytesRecv
-		rxProd, _, _ := cdc.UnpackWord(c.link.LoadPeerProd())
-		txCons, _, _ := cdc.UnpackWord(c.link.LoadPeerCons())
+		rxProd, txCons := c.backend.PeerProd(), c.backend.PeerCons().Cursor
 		cur := &introspect.Cursors{RxProd: cursor(rxProd), RxCons: cursor(rxCons), TxCons: cursor(txCons)}
-		if pa, ok := c.link.(interface{ PeerArea() cdc.Area }); ok {
+		if pa, ok := c.backend.(interface{ PeerArea() cdc.Area }); ok {
 			txProd, _, _ := cdc.UnpackWord(pa.PeerArea().LoadProd())
 			cur.TxProd = cursor(txProd)
 		}

@@ -102,8 +102,11 @@ func (c *Conn) Stats() ConnStats {
 		AutosplitSegments: c.autosplitSegments.Load(), WindowUpdates: c.windowUpdates.Load(),
 	}
 	if c.smc {
-		lc := c.link.Counters()
-		s.RingsSent, s.RingsSuppressed, s.Sleeps, s.MoveDataCalls = lc.RingsSent, lc.RingsSuppressed, lc.Sleeps, lc.MoveDataCalls
+		lc := c.backend.Counters()
+		s.RingsSent, s.RingsSuppressed, s.Sleeps = lc.RingsSent, lc.RingsSuppressed, lc.Sleeps
+		if m, ok := c.backend.(interface{ MoveDataCalls() uint64 }); ok {
+			s.MoveDataCalls = m.MoveDataCalls()
+		}
 		s.RMBSize, s.PeerRMBSize = c.rxSize+cdc.AreaSize, c.txSize+cdc.AreaSize
 		w := &c.txw
 		s.PeerRMBElastic = w.elastic
@@ -111,7 +114,7 @@ func (c *Conn) Stats() ConnStats {
 		s.WindowGrows, s.WindowShrinks = w.grows.Load(), w.shrinks.Load()
 		s.UnitCommits, s.UnitDecommits, s.CommitFailures = w.commits.Load(), w.decommits.Load(), w.commitFailures.Load()
 		s.ReadWaits, s.WriteWaits = c.rxWaits.snapshot(), c.txWaits.snapshot()
-		s.FutexSleeps, s.FutexWakes = lc.FutexSleeps, lc.FutexWakes
+		s.FutexSleeps, s.FutexWakes = lc.ShortSleeps, lc.ShortWakes
 	}
 	return s
 }

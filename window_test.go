@@ -17,6 +17,10 @@ import (
 
 const unit = ism.ElasticChunk
 
+// windowSmall is a new SMC-D connection's window: the ring of a 64 KiB DMB, the first
+// commit unit after the CDC area.
+const windowSmall = unit - cdc.AreaSize
+
 // pauseSweeper stops the process's sweeper from looking at connections until the test
 // ends, for tests that sweep by hand.
 func pauseSweeper(t *testing.T) {
@@ -124,7 +128,7 @@ func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
 	st = a.Stats()
 	assert.Equal(t, windowSmall, st.SendWindow)
 	// Kept: unit 0 and the unit the next write goes to (the ring is empty).
-	next := a.link.TxChunk(int(a.txPrep.Count))
+	next := a.txw.chunk(int(a.txPrep.Count))
 	wantUnits := 1
 	if next != 0 {
 		wantUnits = 2
