@@ -3,9 +3,15 @@ package smcloop
 import (
 	"errors"
 	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // TestReusedBufferForgetsEarlierDeadline: a sleep applies the connection's deadline to
@@ -50,4 +56,65 @@ func TestReusedBufferForgetsEarlierDeadline(t *testing.T) {
 	if s := b.Stats().Sleeps; s > 2 {
 		t.Fatalf("the Read slept %d times for one message, want 1 (a stale deadline on the reused doorbell)", s)
 	}
+}
+
+// TestDeadlines: the deadline semantics of net.Conn, decided by the core, on every
+// backend. A deadline in the past fails Reads and Writes at once with a timeout; one set
+// while a Read or a Write sleeps wakes it; one moved later lets the sleep go on; a full
+// ring makes a Write return what fitted.
+func TestDeadlines(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, pipe pairFunc) {
+		cfg := Config{BusyPoll: -1}
+		a, b := pipe(t, cfg, cfg)
+		defer a.Close()
+		defer b.Close()
+		timeout := func(err error) {
+			t.Helper()
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			var ne net.Error
+			require.ErrorAs(t, err, &ne)
+			assert.True(t, ne.Timeout(), "Timeout()")
+		}
+
+		// Past: at once, on an empty ring.
+		require.NoError(t, a.SetReadDeadline(time.Now().Add(-time.Second)))
+		n, err := a.Read(make([]byte, 1))
+		assert.Zero(t, n)
+		timeout(err)
+
+		// Set while the Read sleeps: it wakes.
+		require.NoError(t, a.SetReadDeadline(time.Time{}))
+		rd := goReadInto(a, make([]byte, 1))
+		awaitSleep(t, a, datapath.Reader)
+		require.NoError(t, a.SetReadDeadline(time.Now()))
+		timeout(await(t, rd, "the Read whose deadline came").err)
+
+		// Moved later while the Read sleeps: it keeps sleeping and gets the data.
+		require.NoError(t, a.SetReadDeadline(time.Now().Add(time.Hour)))
+		buf := make([]byte, 4)
+		rd = goReadInto(a, buf)
+		awaitSleep(t, a, datapath.Reader)
+		require.NoError(t, a.SetReadDeadline(time.Now().Add(2*time.Hour)))
+		_, err = b.Write([]byte("data"))
+		require.NoError(t, err)
+		r := await(t, rd, "the Read whose deadline moved")
+		require.NoError(t, r.err)
+		assert.Equal(t, "data", string(buf[:r.n]))
+
+		// A Write to a full ring returns what fitted when its deadline comes.
+		require.NoError(t, b.SetWriteDeadline(time.Now().Add(time.Hour)))
+		wr := goWrite(b, make([]byte, b.txSize+100))
+		awaitSleep(t, b, datapath.Writer)
+		require.NoError(t, b.SetWriteDeadline(time.Now()))
+		w := await(t, wr, "the Write whose deadline came")
+		timeout(w.err)
+		assert.Equal(t, b.txSize, w.n, "bytes written before the deadline")
+
+		// Past: a Write fails at once, even with room.
+		_, err = io.ReadFull(a, make([]byte, b.txSize))
+		require.NoError(t, err)
+		n, err = b.Write([]byte("x"))
+		assert.Zero(t, n)
+		timeout(err)
+	})
 }

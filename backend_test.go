@@ -1,0 +1,322 @@
+package smcloop
+
+import (
+	"go/parser"
+	"go/token"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
+	"github.com/smcloop/smcloop/internal/datapath/pathtest"
+)
+
+// pairFunc makes a connected pair of established SMC connections with the dialer's and
+// the listener's configuration.
+type pairFunc func(t testing.TB, dcfg, lcfg Config) (client, server *Conn)
+
+// backends are the data paths the core's semantics tests run on, one sub-test each: the
+// in-memory fake (no shared memory, no descriptors) and SMC-D through a real listener
+// and dialer. What the core decides (corking, autosplit, window updates, the close state
+// machine, deadlines) must come out the same on both.
+var backends = []struct {
+	name string
+	pipe pairFunc
+}{
+	{"fake", func(t testing.TB, dcfg, lcfg Config) (*Conn, *Conn) {
+		c, s, _, _ := fakePipe(t, dcfg, lcfg)
+		return c, s
+	}},
+	{"smcd", pipe},
+}
+
+// forEachBackend runs f as a sub-test on every backend.
+func forEachBackend(t *testing.T, f func(t *testing.T, pipe pairFunc)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b.pipe) })
+	}
+}
+
+// fakePipe connects two connections through a pathtest pair, as the handshake would
+// connect them through SMC-D: each side's receive ring has its configuration's RMem
+// bytes, and each side's liveness connection is a net.Pipe half. It returns the fake
+// ends too, for fault injection.
+func fakePipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn, ce, se *pathtest.End) {
+	t.Helper()
+	ds, err := dcfg.resolve()
+	require.NoError(t, err)
+	ls, err := lcfg.resolve()
+	require.NoError(t, err)
+	ce, se = pathtest.Pair(ds.rmem, ls.rmem)
+	client = newBackendConn(&countingConn{Conn: ce.Liveness()}, ds, ce, false)
+	server = newBackendConn(&countingConn{Conn: se.Liveness()}, ls, se, true)
+	return client, server, ce, se
+}
+
+// awaitSleep returns once c's reader or writer (d) announced a sleep. Sleeping is set
+// before the sleeper's last re-check, so whatever the test does next either is seen by
+// that re-check or wakes the sleep.
+func awaitSleep(t testing.TB, c *Conn, d datapath.Dir) {
+	t.Helper()
+	for end := time.Now().Add(watchdog); !c.backend.Sleeping(d); runtime.Gosched() {
+		require.False(t, time.Now().After(end), "the %v never slept", d)
+	}
+}
+
+// result is what a Read or Write started on another goroutine returned.
+type result struct {
+	n   int
+	err error
+}
+
+func goReadInto(c *Conn, b []byte) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		n, err := c.Read(b)
+		ch <- result{n, err}
+	}()
+	return ch
+}
+
+func goWrite(c *Conn, b []byte) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		n, err := c.Write(b)
+		ch <- result{n, err}
+	}()
+	return ch
+}
+
+// await returns what the operation returned, failing after the watchdog.
+func await(t testing.TB, ch <-chan result, what string) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(watchdog):
+		t.Fatalf("%s never returned", what)
+		return result{}
+	}
+}
+
+func TestNettestFake(t *testing.T) {
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		a, b, _, _ := fakePipe(t, Config{}, Config{RMem: 16 << 10})
+		assert.Equal(t, "FAKE", a.Mode())
+		return a, b, func() { a.Close(); b.Close() }, nil
+	})
+}
+
+// TestFakeLostWakeupRecovered: the peer's doorbell ring for a sleeping reader is lost.
+// The reader keeps sleeping until the next publication rings it, and then reads every
+// byte published meanwhile.
+func TestFakeLostWakeupRecovered(t *testing.T) {
+	a, b, _, be := fakePipe(t, Config{}, Config{BusyPoll: -1})
+	defer a.Close()
+	defer b.Close()
+	be.LoseWakeups(datapath.Reader, 1)
+	buf := make([]byte, 8)
+	rd := goReadInto(b, buf)
+	be.AwaitWait(datapath.Reader)
+
+	_, err := a.Write([]byte("x"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, be.Lost(), "the ring for the first byte")
+	select {
+	case r := <-rd:
+		t.Fatalf("the Read returned %d, %v without a wake-up", r.n, r.err)
+	default:
+	}
+	_, err = a.Write([]byte("y")) // the next publication rings the reader, still asleep
+	require.NoError(t, err)
+	r := await(t, rd, "the Read after the second write")
+	require.NoError(t, r.err)
+	assert.Equal(t, "xy", string(buf[:r.n]))
+}
+
+// TestFakeLostWakeupBoundedByDeadline: a lost wake-up with no further publication costs a
+// reader at most its deadline, and the bytes are there for the next Read, which does not
+// sleep.
+func TestFakeLostWakeupBoundedByDeadline(t *testing.T) {
+	a, b, _, be := fakePipe(t, Config{}, Config{BusyPoll: -1})
+	defer a.Close()
+	defer b.Close()
+	be.LoseWakeups(datapath.Reader, 1)
+	buf := make([]byte, 8)
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(time.Hour)))
+	rd := goReadInto(b, buf)
+	be.AwaitWait(datapath.Reader)
+	_, err := a.Write([]byte("late"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, be.Lost())
+
+	require.NoError(t, b.SetReadDeadline(time.Now())) // the deadline comes
+	r := await(t, rd, "the Read with a lost wake-up")
+	assert.ErrorIs(t, r.err, os.ErrDeadlineExceeded)
+	var ne net.Error
+	require.ErrorAs(t, r.err, &ne)
+	assert.True(t, ne.Timeout())
+
+	require.NoError(t, b.SetReadDeadline(time.Time{}))
+	sleeps := be.Counters().Sleeps
+	n, err := b.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, "late", string(buf[:n]))
+	assert.Equal(t, sleeps, be.Counters().Sleeps, "the second Read slept")
+}
+
+// TestFakePeerCursorViolations: a peer that publishes a cursor no legal peer could (out
+// of the ring, behind the last one, more than it may) aborts that connection with
+// ErrProtocol, once: the local side gives up on the peer (Violation) and tells it
+// (peer_conn_abort), and later calls report ErrAborted.
+func TestFakePeerCursorViolations(t *testing.T) {
+	cases := []struct {
+		name   string
+		inject func(c *Conn, e *pathtest.End)
+		op     func(c *Conn) error // the operation that meets the cursor
+	}{
+		{"producer cursor out of the ring", func(c *Conn, e *pathtest.End) {
+			e.InjectProd(cdc.Cursor{Count: uint32(c.rxSize)})
+		}, readOne},
+		{"stale producer cursor", func(c *Conn, e *pathtest.End) {
+			e.InjectProd(cdc.Cursor{Count: 50}) // after 100 bytes were published and read
+		}, readOne},
+		{"producer cursor past the free space", func(c *Conn, e *pathtest.End) {
+			e.InjectProd(cdc.Cursor{Wrap: 1, Count: 101}) // a whole ring plus one byte on
+		}, readOne},
+		{"consumer cursor out of the ring", func(c *Conn, e *pathtest.End) {
+			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: uint32(c.txSize) + 1}})
+		}, writeOne},
+		{"consumer cursor past what was published", func(c *Conn, e *pathtest.End) {
+			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: 101}})
+		}, writeOne},
+		{"stale consumer cursor", func(c *Conn, e *pathtest.End) {
+			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: 10}})
+		}, writeOne},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, ae, _ := fakePipe(t, Config{}, Config{})
+			defer a.Close()
+			defer b.Close()
+			// 100 bytes each way, consumed and confirmed (a read that empties the ring
+			// publishes its consumer cursor).
+			msg := pattern(100, 1)
+			for _, p := range [][2]*Conn{{a, b}, {b, a}} {
+				_, err := p[0].Write(msg)
+				require.NoError(t, err)
+				require.Equal(t, msg, readN(t, p[1], 100))
+			}
+			a.writeMu.Lock()
+			_, _, err := a.refreshTx() // what a's next Write would see first
+			a.writeMu.Unlock()
+			require.NoError(t, err)
+			require.Equal(t, cdc.Cursor{Count: 100}, a.txCons)
+
+			tc.inject(a, ae)
+			err = tc.op(a)
+			require.ErrorIs(t, err, ErrProtocol)
+			var pe *ProtocolError
+			require.ErrorAs(t, err, &pe)
+			var ce *cdc.CursorError
+			assert.ErrorAs(t, err, &ce, "the error names the cursor")
+			assert.Equal(t, pathtest.Events{Violations: 1}, ae.Events())
+			assert.ErrorIs(t, tc.op(a), ErrAborted, "the second call")
+			assert.NotZero(t, b.backend.PeerCons().ConnFlags&cdc.PeerConnAbort, "the peer was told")
+			_, err = b.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, ErrPeerReset)
+		})
+	}
+}
+
+func readOne(c *Conn) error {
+	_, err := c.Read(make([]byte, 1))
+	return err
+}
+
+func writeOne(c *Conn) error {
+	_, err := c.Write([]byte{1})
+	return err
+}
+
+// TestFakePeerDeath: the peer's process dies (its liveness connection ends with no close
+// flag published): a Read and a Write blocked on it wake with ErrPeerGone, and the local
+// side releases what it shared with the peer (PeerLost), once.
+func TestFakePeerDeath(t *testing.T) {
+	a, b, ae, be := fakePipe(t, Config{BusyPoll: -1}, Config{})
+	defer a.Close()
+	defer b.Close()
+	rd := goReadInto(a, make([]byte, 1))
+	ae.AwaitWait(datapath.Reader)
+	wr := goWrite(a, make([]byte, a.txSize+1)) // fills the peer's ring, then waits for room
+	ae.AwaitWait(datapath.Writer)
+
+	be.Kill()
+	r := await(t, rd, "the Read on a dead peer")
+	assert.ErrorIs(t, r.err, ErrPeerGone)
+	assert.Zero(t, r.n)
+	w := await(t, wr, "the Write to a dead peer")
+	assert.ErrorIs(t, w.err, ErrPeerGone)
+	assert.Equal(t, a.txSize, w.n, "the bytes that fitted before the death")
+	assert.Equal(t, pathtest.Events{PeerLost: 1}, ae.Events())
+	_, err := a.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, ErrPeerGone, "a Read after the death")
+
+	require.NoError(t, a.Close())
+	assert.Equal(t, pathtest.Events{PeerLost: 1, Closes: 1}, ae.Events())
+}
+
+// TestFakeCloseWakesBlockedRead: Close wakes a Read blocked on an empty ring, which
+// returns net.ErrClosed, and releases the backend once.
+func TestFakeCloseWakesBlockedRead(t *testing.T) {
+	a, b, ae, _ := fakePipe(t, Config{BusyPoll: -1}, Config{})
+	defer b.Close()
+	rd := goReadInto(a, make([]byte, 1))
+	ae.AwaitWait(datapath.Reader)
+	require.NoError(t, a.Close())
+	r := await(t, rd, "the Read blocked across Close")
+	assert.ErrorIs(t, r.err, net.ErrClosed)
+	assert.Equal(t, pathtest.Events{Closes: 1}, ae.Events())
+}
+
+// TestCoreImportsNoBackend: the connection core speaks to its backends only through
+// datapath.Backend. Of the module root's files, only those that set up the SMC-D backend
+// (its handshake steps, the configuration's device field, and the process statistics'
+// SMC-D buffer counters) may import smcd or ism.
+func TestCoreImportsNoBackend(t *testing.T) {
+	allowed := map[string]bool{
+		"handshake.go":      true, // the SMC-D handshake steps
+		"handshake_smcd.go": true,
+		"config.go":         true, // Config.Device
+		"stats.go":          true, // Statistics.Buffers
+	}
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	checked := 0
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") || allowed[name] {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range f.Imports {
+			path, err := strconv.Unquote(imp.Path.Value)
+			require.NoError(t, err)
+			assert.NotContains(t, []string{"github.com/smcloop/smcloop/smcd", "github.com/smcloop/smcloop/ism"}, path,
+				"%s imports a backend", name)
+		}
+		checked++
+	}
+	assert.Greater(t, checked, 10, "files checked")
+}
