@@ -413,10 +413,9 @@ var idleSamples = sync.Pool{New: func() any {
 }}
 
 // processIdle reports whether no other goroutine of the process is running or waiting
-// to run (runtime/metrics, about 70 ns): then a short sleep holding a P delays nobody. A
-// server with several busy connections never takes one (stacksbench's 8-connection
-// net/http row); a two-process bulk transfer takes them for most waits (smcloop bench's
-// waits table at 1 MiB).
+// to run (runtime/metrics): then a short sleep holding a P delays nobody. A server with
+// several busy connections never takes one; a two-process bulk transfer takes them for
+// most waits (docs/HISTORY.md, "Connection core").
 func processIdle() bool {
 	s := idleSamples.Get().(*[2]metrics.Sample)
 	metrics.Read(s[:])

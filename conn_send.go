@@ -69,8 +69,8 @@ func (c *Conn) SetCork(on bool) error {
 }
 
 // SetNoDelay with true publishes pending bytes at once (TCP_NODELAY on an SMC socket
-// pushes, as the kernel's does since 2022). SMC has no Nagle algorithm, so false changes
-// nothing on SMC. On a TCP fallback it sets TCP_NODELAY.
+// pushes, as the kernel's smc_setsockopt does). SMC has no Nagle algorithm, so false
+// changes nothing on SMC. On a TCP fallback it sets TCP_NODELAY.
 func (c *Conn) SetNoDelay(on bool) error {
 	c, err := c.resolve("set")
 	if err != nil {
@@ -165,7 +165,8 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // autocorkBacklog is how many times the bytes held back the peer must still have
-// published and unconsumed for autocorking to hold a write.
+// published and unconsumed for autocorking to hold a write: holding more than a quarter
+// of the backlog leaves the peer idle waiting for the held bytes.
 const autocorkBacklog = 4
 
 // isFile reports whether r reads a file: *os.File itself, the wrapper os.File.WriteTo
@@ -357,8 +358,7 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 	// The consumer cursor as this write last saw it: no extra shared load per write. The
 	// peer counts as behind while it still has several times as much published data to
 	// consume as would be held back: then a held write costs it nothing, while holding
-	// more would leave it idle waiting (measured: holding more than a quarter of the
-	// backlog loses for writes of 1 KiB and up).
+	// more would leave it idle waiting (autocorkBacklog).
 	backlog := cdc.Diff(c.txSize, c.txCons, c.txProd)
 	st.peerBehind = backlog > 0 && backlog >= autocorkBacklog*pending
 	push, why := flushDecision(st)
