@@ -31,6 +31,9 @@ type Conn struct {
 	// hs is set for a dial that returned before its handshake (DialConn): this Conn then
 	// forwards every call to the connection the handshake makes (conn_pending.go).
 	hs *pendingHandshake
+	// testHooks are the knobs a test turns on this connection, set before it is used;
+	// nil otherwise.
+	testHooks *connTestHooks
 
 	// Reader state, owned by readMu.
 	readMu      sync.Mutex
@@ -109,6 +112,13 @@ func newBackendConn(tcp *countingConn, cfg *settings, b datapath.Backend, server
 	}
 	c.initWindow()
 	return c
+}
+
+// connTestHooks change how one connection works, for tests of paths that are otherwise
+// hard to reach.
+type connTestHooks struct {
+	monitorOnly bool // watch the liveness channel with a monitor goroutine, not the watcher
+	slideLimit  int  // if > 0, replaces slideLimit
 }
 
 // flusherState is the autocork flusher's: while it exists, the writer's doorbell has one

@@ -37,9 +37,6 @@ import (
 // (liveness_linux.go); elsewhere there is none (liveness_other.go) and every watched
 // connection gets a monitor, though there no SMC connection is ever established.
 
-// monitorOnly makes every connection use a monitor goroutine (for tests of that path).
-var monitorOnly bool
-
 // ensureWatched puts the connection under the liveness watch if it is not yet. A wait
 // calls it before it sleeps, after announcing the sleep: the watch matters only to a
 // wait that sleeps (one that does not sees the peer's close flags in shared memory), so
@@ -56,7 +53,7 @@ func (c *Conn) ensureWatched() {
 	if c.watchStarted.Swap(true) || c.unwatched {
 		return // started meanwhile, or Close came first
 	}
-	if !monitorOnly && liveness.add(c) == nil {
+	if (c.testHooks == nil || !c.testHooks.monitorOnly) && liveness.add(c) == nil {
 		c.watched = true
 		return
 	}

@@ -23,8 +23,12 @@ import (
 func TestLiveness(t *testing.T) {
 	for _, monitor := range []bool{false, true} {
 		t.Run(fmt.Sprintf("monitor=%v", monitor), func(t *testing.T) {
-			defer func(m bool) { monitorOnly = m }(monitorOnly)
-			monitorOnly = monitor
+			hooks := &connTestHooks{monitorOnly: monitor}
+			pipe := func(t testing.TB, dcfg, lcfg Config) (*Conn, *Conn) {
+				c, s := pipe(t, dcfg, lcfg)
+				c.testHooks, s.testHooks = hooks, hooks
+				return c, s
+			}
 			before := liveness.watching()
 			readErr := func(c *Conn) <-chan error {
 				errc := make(chan error, 1)

@@ -49,8 +49,8 @@ const (
 
 // slideLimit: a small window that gives back units more often than this per slideEpoch
 // moves too fast to pay for it (a commit and a decommit per 64 KiB): it doubles instead,
-// and keeps its units until it goes idle. A variable for tests.
-var slideLimit = 4
+// and keeps its units until it goes idle (connTestHooks.slideLimit replaces it).
+const slideLimit = 4
 
 // txWindow is a connection's elastic send window; writeMu owns it.
 type txWindow struct {
@@ -203,7 +203,11 @@ func (c *Conn) slideLocked(need uint64) {
 	if now := time.Now(); now.Sub(w.slideAt) > slideEpoch {
 		w.slideAt, w.slides = now, 0
 	}
-	if w.slides >= slideLimit {
+	limit := slideLimit
+	if h := c.testHooks; h != nil && h.slideLimit > 0 {
+		limit = h.slideLimit
+	}
+	if w.slides >= limit {
 		c.growLocked()
 		return
 	}

@@ -151,10 +151,8 @@ func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
 // behind the reader.
 func TestElasticSmallWindowSlides(t *testing.T) {
 	pauseSweeper(t)
-	old := slideLimit
-	slideLimit = 1 << 30 // the rate rule would double a window that slides this fast
-	t.Cleanup(func() { slideLimit = old })
 	a, b := pipe(t, Config{}, Config{})
+	a.testHooks = &connTestHooks{slideLimit: 1 << 30} // the rate rule would double a window that slides this fast
 	defer a.Close()
 	defer b.Close()
 	const size = 3000
@@ -182,10 +180,8 @@ func TestElasticSmallWindowSlides(t *testing.T) {
 // TestElasticSlideRateGrows: a small window that slides faster than slideLimit per
 // slideEpoch stops paying for it and doubles.
 func TestElasticSlideRateGrows(t *testing.T) {
-	old := slideLimit
-	slideLimit = 2
-	t.Cleanup(func() { slideLimit = old })
 	a, b := pipe(t, Config{}, Config{})
+	a.testHooks = &connTestHooks{slideLimit: 2}
 	defer a.Close()
 	defer b.Close()
 	buf := make([]byte, 8000)
