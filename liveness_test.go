@@ -1,7 +1,6 @@
 package smcloop
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -42,10 +41,8 @@ func TestLiveness(t *testing.T) {
 				t.Helper()
 				select {
 				case err := <-errc:
-					if !errors.Is(err, want) {
-						t.Fatalf("Read %s: %v, want %v", what, err, want)
-					}
-				case <-time.After(10 * time.Second):
+					require.ErrorIs(t, err, want, "Read %s", what)
+				case <-time.After(watchdog):
 					t.Fatalf("blocked Read not woken %s", what)
 				}
 			}
@@ -53,22 +50,19 @@ func TestLiveness(t *testing.T) {
 				t.Helper()
 				c.watchMu.Lock()
 				defer c.watchMu.Unlock()
-				if c.watched == monitor || (c.monitorDone != nil) != monitor {
-					t.Fatalf("watched by the watcher: %v, by a monitor: %v; want monitor=%v", c.watched, c.monitorDone != nil, monitor)
-				}
+				assert.Equal(t, !monitor, c.watched, "watched by the watcher")
+				assert.Equal(t, monitor, c.monitorDone != nil, "watched by a monitor")
 			}
 
 			// A connection whose operations never sleep is never watched.
 			c, s := pipe(t, Config{}, Config{})
-			if _, err := s.Write([]byte("x")); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
-				t.Fatal(err)
-			}
-			if c.watchStarted.Load() || s.watchStarted.Load() || c.Stats().Sleeps != 0 {
-				t.Fatalf("watch started without a sleep (client %v, server %v, sleeps %d)", c.watchStarted.Load(), s.watchStarted.Load(), c.Stats().Sleeps)
-			}
+			_, err := s.Write([]byte("x"))
+			require.NoError(t, err)
+			_, err = io.ReadFull(c, make([]byte, 1))
+			require.NoError(t, err)
+			require.Zero(t, c.Stats().Sleeps)
+			assert.False(t, c.watchStarted.Load(), "the client's watch started without a sleep")
+			assert.False(t, s.watchStarted.Load(), "the server's watch started without a sleep")
 			c.Close()
 			s.Close()
 
@@ -93,16 +87,13 @@ func TestLiveness(t *testing.T) {
 			// Bytes on the TCP connection after the handshake: the connection aborts.
 			c, s = pipe(t, Config{BusyPoll: -1}, Config{})
 			errc = readErr(c)
-			if _, err := s.tcp.Conn.Write([]byte{0x42}); err != nil {
-				t.Fatal(err)
-			}
+			_, err = s.tcp.Conn.Write([]byte{0x42})
+			require.NoError(t, err)
 			expect("after bytes on the CLC socket", errc, ErrProtocol)
 			c.Close()
 			s.Close()
 
-			if after := liveness.watching(); after != before {
-				t.Fatalf("watched connections: %d after closing all, %d before", after, before)
-			}
+			assert.Equal(t, before, liveness.watching(), "watched connections after closing all")
 		})
 	}
 }
