@@ -21,8 +21,8 @@ type Conn struct {
 	tcp     *countingConn // the CLC socket
 	cfg     *settings
 	smc     bool
-	backend datapath.Backend // the data path (datapath.Backend); nil after a fallback
-	net     string           // "smcd" or "tcp", for errors
+	backend datapath.Backend // the data path; nil after a fallback
+	net     string           // for errors: the backend's name ("smcd"), or the socket's network after a fallback
 
 	localReason, peerReason    uint32           // fallback reasons (0 when SMC is in use)
 	ticket                     *presence.Ticket // announcement kept until the server surely took it
