@@ -133,12 +133,12 @@ type Backend interface {
 	// Sleeping reports whether the local sleeper d has announced a sleep (Announce or
 	// ShortSleep) and not yet withdrawn it.
 	Sleeping(d Dir) bool
-	// ShortSleep sleeps the local sleeper d for at most max on a cheap wait, when the
+	// ShortSleep sleeps the local sleeper d for at most bound on a cheap wait, when the
 	// backend has one (SMC-D: futex(2) on the wake word): it announces the sleep,
-	// re-checks ready, and returns when the peer publishes, WakeLocal is called or max
+	// re-checks ready, and returns when the peer publishes, WakeLocal is called or bound
 	// passes. It reports whether ready() held when it returned. A backend without a
 	// short sleep returns ready().
-	ShortSleep(d Dir, ready func() bool, max time.Duration) bool
+	ShortSleep(d Dir, ready func() bool, bound time.Duration) bool
 	// Wait blocks the local sleeper d until its doorbell is rung, its deadline passes
 	// (os.ErrDeadlineExceeded) or the backend is closed. A ring that came before Wait
 	// (after Announce) ends it at once.

@@ -215,7 +215,7 @@ func (e *End) Sleeping(d datapath.Dir) bool {
 }
 
 // ShortSleep has no cheap wait to offer: it reports ready().
-func (e *End) ShortSleep(d datapath.Dir, ready func() bool, max time.Duration) bool {
+func (e *End) ShortSleep(d datapath.Dir, ready func() bool, bound time.Duration) bool {
 	return ready()
 }
 
