@@ -80,9 +80,10 @@ type Layout struct {
 // Backend is one connection's data path: the local receive ring the peer writes into,
 // the send space the core writes into, the cursors each side publishes, and the
 // doorbells that wake sleepers. The core serialises calls per direction: one reader
-// (RxRing, PeerProd, Announce/Wait for Reader) and one writer (TxBuf, PushProd, commit
-// calls, Announce/Wait for Writer) at a time; PeerCons, PublishCons, Sleeping, WakeLocal
-// and SetDeadline may come from any goroutine.
+// (RxRing, Announce/Wait/Retract for Reader) and one writer (TxBuf, PushProd, the commit
+// calls, Announce/Wait/Retract for Writer) at a time, and PublishCons under its own lock;
+// PeerProd, PeerCons, Sleeping, SetDeadline, WakeLocal and Counters may come from any
+// goroutine at any time before Close.
 //
 // Every cursor and flag a backend returns comes from the peer and is untrusted: the core
 // checks it (cdc.Advance) and aborts the connection on a violation. A backend only
