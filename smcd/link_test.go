@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/ism"
@@ -500,4 +502,17 @@ func TestViolationAndPeerLostTerminate(t *testing.T) {
 		}
 		expectDelta(t, "PeerLost", before, smcd.BufferStats{Terminated: 2})
 	})
+}
+
+// TestLinkLayoutAndName: what the core learns of the DMBs through datapath.Backend: both
+// start with the CDC area, and a DMB that is not elastic has no commit unit.
+func TestLinkLayoutAndName(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, 32<<10, 64<<10, false)
+	assert.Equal(t, datapath.Layout{RxMemory: 32 << 10, TxMemory: 64 << 10, Header: cdc.AreaSize}, c.la.Layout())
+	assert.Equal(t, datapath.Layout{RxMemory: 64 << 10, TxMemory: 32 << 10, Header: cdc.AreaSize}, c.lb.Layout())
+	assert.Len(t, c.la.RxRing(), 32<<10-cdc.AreaSize)
+	assert.Len(t, c.la.TxBuf(), 64<<10-cdc.AreaSize)
+	assert.Equal(t, "SMCD", c.la.Name())
+	assert.NoError(t, c.la.DecommitTx(0), "unit 0 holds the CDC area: never given back, no error")
 }
