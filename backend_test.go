@@ -63,6 +63,18 @@ func fakePipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn, ce, se *pa
 	return client, server, ce, se
 }
 
+// fakeElasticPipe is fakePipe with elastic receive buffers of size bytes, committed in
+// units of unit bytes.
+func fakeElasticPipe(t testing.TB, size, unit int) (client, server *Conn, ce, se *pathtest.End) {
+	t.Helper()
+	cfg, err := (&Config{}).resolve()
+	require.NoError(t, err)
+	ce, se = pathtest.PairElastic(size, size, unit)
+	client = newBackendConn(&countingConn{Conn: ce.Liveness()}, cfg, ce, false)
+	server = newBackendConn(&countingConn{Conn: se.Liveness()}, cfg, se, true)
+	return client, server, ce, se
+}
+
 // awaitSleep returns once c's reader or writer (d) announced a sleep. Sleeping is set
 // before the sleeper's last re-check, so whatever the test does next either is seen by
 // that re-check or wakes the sleep.
@@ -319,4 +331,75 @@ func TestCoreImportsNoBackend(t *testing.T) {
 		checked++
 	}
 	assert.Greater(t, checked, 10, "files checked")
+}
+
+// TestFakeElasticWindow: the elastic send window (window.go) on a backend that checks
+// it: a bulk stream grows the window to the ring and commits every unit before writing
+// there, an idle sweep gives back all but the units around the cursors (the fake clears
+// what is given back, so a unit given back too early would show as wrong bytes), and a
+// small window slides; every byte exact and none published outside committed units.
+func TestFakeElasticWindow(t *testing.T) {
+	pauseSweeper(t)
+	const size, unit = 1 << 20, 64 << 10
+	a, b, _, be := fakeElasticPipe(t, size, unit)
+	defer a.Close()
+	defer b.Close()
+	st := a.Stats()
+	require.True(t, st.PeerRMBElastic)
+	assert.Equal(t, unit, st.SendWindow, "a new window is the first unit's ring")
+	assert.Equal(t, unit, st.PeerRMBCommitted)
+
+	streamExact(t, a, b, 8<<20, 1<<20, 2)
+	st = a.Stats()
+	assert.Equal(t, size, st.SendWindow, "a bulk stream's window is the whole ring")
+	assert.Equal(t, size, st.PeerRMBCommitted)
+	assert.EqualValues(t, 4, st.WindowGrows, "64 KiB doubles four times to 1 MiB")
+	assert.Equal(t, size/unit, be.Committed())
+	assert.EqualValues(t, size/unit-1, st.UnitCommits)
+
+	require.True(t, a.sweepIdle(true))
+	st = a.Stats()
+	assert.Equal(t, unit, st.SendWindow)
+	assert.Equal(t, be.Committed()*unit, st.PeerRMBCommitted)
+	assert.LessOrEqual(t, be.Committed(), 2, "unit 0 and the unit the next write goes to")
+
+	// Small messages that travel the ring three times: the window slides, giving back
+	// the units behind the reader.
+	a.testHooks = &connTestHooks{slideLimit: 1 << 30}
+	for i := range 3 * size / 3000 {
+		msg := pattern(3000, byte(i))
+		_, err := a.Write(msg)
+		require.NoError(t, err)
+		require.Equal(t, msg, readN(t, b, len(msg)), "message %d", i)
+		require.LessOrEqual(t, be.Committed(), smallUnits, "message %d", i)
+	}
+	st = a.Stats()
+	assert.Equal(t, unit, st.SendWindow)
+	assert.Equal(t, st.UnitCommits, st.UnitDecommits+uint64(be.Committed()-1))
+	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
+}
+
+// TestFakeCommitFailure: a commit refused (a memory limit) ends the Write with the bytes
+// that fitted in committed units and the backend's error; the peer reads exactly those,
+// and once commits succeed again the connection goes on.
+func TestFakeCommitFailure(t *testing.T) {
+	pauseSweeper(t)
+	const size, unit = 1 << 20, 64 << 10
+	a, b, ae, be := fakeElasticPipe(t, size, unit)
+	defer a.Close()
+	defer b.Close()
+	ae.FailCommits(1)
+	want := pattern(200<<10, 5)
+	n, err := a.Write(want)
+	require.ErrorIs(t, err, pathtest.ErrCommit)
+	assert.Equal(t, unit, n, "the bytes of the owner's unit")
+	assert.Equal(t, want[:unit], readN(t, b, unit))
+	assert.EqualValues(t, 1, a.Stats().CommitFailures)
+
+	n, err = a.Write(want[unit:])
+	require.NoError(t, err)
+	assert.Equal(t, len(want)-unit, n)
+	assert.Equal(t, want[unit:], readN(t, b, len(want)-unit))
+	streamExact(t, a, b, 2<<20, 200<<10, 6)
+	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
 }

@@ -5,6 +5,11 @@
 // test break it on purpose: lose a wake-up, publish a stale or out-of-range cursor as
 // the peer, or let the peer die.
 //
+// PairElastic makes the receive buffers elastic, as SMC-D's default DMBs are: the
+// writer commits the peer's buffer unit by unit before it writes there and may give
+// units back, and the fake checks that every byte published lies in a committed unit and
+// clears a unit given back, so that a core that gave back unconsumed bytes reads zeros.
+//
 // Each End also has a liveness connection (a net.Pipe half), which plays the TCP
 // connection of an SMC connection: the core watches it and learns of the peer's death
 // from its end.
@@ -12,6 +17,7 @@ package pathtest
 
 import (
 	"errors"
+	"math/bits"
 	"net"
 	"os"
 	"sync"
@@ -27,7 +33,11 @@ var _ datapath.Backend = (*End)(nil)
 // ErrClosed is what a Wait returns once its End is closed.
 var ErrClosed = errors.New("pathtest: backend closed")
 
-// errNotElastic is what the commit calls return: an End's buffers are not elastic.
+// ErrCommit is what CommitTx returns while a test makes commits fail (FailCommits), as a
+// memory limit would.
+var ErrCommit = errors.New("pathtest: commit refused")
+
+// errNotElastic is what the commit calls return for a buffer that is not elastic.
 var errNotElastic = errors.New("pathtest: the peer's buffer is not elastic")
 
 // End is one side of an in-memory data path. Its receive ring is the slice its peer's
@@ -46,13 +56,18 @@ type End struct {
 	lose     [2]int        // wake-ups of the reader and the writer still to lose
 	dead     bool          // this End's process died: it publishes nothing more
 	closed   bool
+	// unit is the commit unit of rx (0: not elastic); committed has bit k set while
+	// unit k of rx is committed. The peer's writer commits; the owner only reads.
+	unit      int
+	committed uint64
+	failures  int // CommitTx calls of this End's writer still to fail
 
 	bells     [2]chan struct{} // the reader's and the writer's doorbell
 	deadlines [2]deadline
 	done      chan struct{} // closed by Close
 
 	ringsSent, ringsSuppressed, sleeps, lost atomic.Uint64
-	peerLost, violations, closes             atomic.Int32
+	peerLost, violations, closes, outside    atomic.Int32
 }
 
 // Pair returns two Ends joined to each other: a's receive ring has sizeA bytes, b's
@@ -61,6 +76,19 @@ func Pair(sizeA, sizeB int) (a, b *End) {
 	la, lb := net.Pipe()
 	a, b = newEnd(sizeA, la), newEnd(sizeB, lb)
 	a.peer, b.peer = b, a
+	return a, b
+}
+
+// PairElastic is Pair with elastic receive buffers committed in units of unit bytes
+// (at most 64 units each), unit 0 by the buffer's owner.
+func PairElastic(sizeA, sizeB, unit int) (a, b *End) {
+	if unit <= 0 || (sizeA+unit-1)/unit > 64 || (sizeB+unit-1)/unit > 64 {
+		panic("pathtest: PairElastic needs a unit that splits each buffer into at most 64")
+	}
+	a, b = Pair(sizeA, sizeB)
+	for _, e := range []*End{a, b} {
+		e.unit, e.committed = unit, 1
+	}
 	return a, b
 }
 
@@ -98,16 +126,76 @@ func (e *End) RxRing() []byte { return e.rx }
 // TxBuf is the peer's receive ring itself.
 func (e *End) TxBuf() []byte { return e.peer.rx }
 
-// Layout: both buffers are all ring, and not elastic.
+// Layout: both buffers are all ring; the peer's is elastic in PairElastic.
 func (e *End) Layout() datapath.Layout {
-	return datapath.Layout{RxMemory: len(e.rx), TxMemory: len(e.peer.rx)}
+	return datapath.Layout{RxMemory: len(e.rx), TxMemory: len(e.peer.rx), TxUnit: e.peer.unit}
 }
 
-// CommitTx fails: the peer's buffer is not elastic, so the core never commits.
-func (e *End) CommitTx(k int) error { return errNotElastic }
+// CommitTx commits unit k of the peer's elastic buffer, or fails with ErrCommit while
+// FailCommits says so.
+func (e *End) CommitTx(k int) error {
+	p := e.peer
+	if err := p.checkUnit(k); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	fail := e.failures > 0
+	if fail {
+		e.failures--
+	}
+	e.mu.Unlock()
+	if fail {
+		return ErrCommit
+	}
+	p.mu.Lock()
+	p.committed |= 1 << k
+	p.mu.Unlock()
+	return nil
+}
 
-// DecommitTx fails like CommitTx.
-func (e *End) DecommitTx(k int) error { return errNotElastic }
+// DecommitTx gives back unit k of the peer's elastic buffer (never unit 0) and clears
+// its bytes, as giving back memory loses them.
+func (e *End) DecommitTx(k int) error {
+	p := e.peer
+	if err := p.checkUnit(k); err != nil || k == 0 {
+		return err
+	}
+	p.mu.Lock()
+	p.committed &^= 1 << k
+	p.mu.Unlock()
+	clear(p.rx[k*p.unit : min((k+1)*p.unit, len(p.rx))])
+	return nil
+}
+
+func (e *End) checkUnit(k int) error {
+	if e.unit == 0 {
+		return errNotElastic
+	}
+	if k < 0 || k*e.unit >= len(e.rx) {
+		return errors.New("pathtest: commit unit out of range")
+	}
+	return nil
+}
+
+// inCommitted reports whether the n bytes at ring offset off (wrapping) lie in
+// committed units. e.mu is held.
+func (e *End) inCommitted(off, n int) bool {
+	if e.unit == 0 || n == 0 {
+		return true
+	}
+	size := len(e.rx)
+	for n > 0 {
+		piece := min(n, size-off)
+		for k := off / e.unit; k <= (off+piece-1)/e.unit; k++ {
+			if e.committed&(1<<k) == 0 {
+				return false
+			}
+		}
+		n -= piece
+		off = 0
+	}
+	return true
+}
 
 // PeerProd is the producer cursor the peer last published (or a test injected).
 func (e *End) PeerProd() cdc.Cursor {
@@ -134,6 +222,9 @@ func (e *End) PushProd(prod cdc.Cursor, off, n int) {
 	p := e.peer
 	p.mu.Lock()
 	p.prod = prod
+	if !p.inCommitted(off, n) {
+		p.outside.Add(1)
+	}
 	p.mu.Unlock()
 	e.signal(datapath.Reader)
 }
@@ -303,6 +394,20 @@ func (e *End) LoseWakeups(d datapath.Dir, n int) {
 	e.mu.Unlock()
 }
 
+// FailCommits makes the next n CommitTx calls of the End's writer fail with ErrCommit.
+func (e *End) FailCommits(n int) {
+	e.mu.Lock()
+	e.failures += n
+	e.mu.Unlock()
+}
+
+// Committed is how many units of the End's elastic receive buffer are committed.
+func (e *End) Committed() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return bits.OnesCount64(e.committed)
+}
+
 // Lost is how many doorbell rings LoseWakeups made the End lose.
 func (e *End) Lost() uint64 { return e.lost.Load() }
 
@@ -343,14 +448,19 @@ func (e *End) AwaitWait(d datapath.Dir) {
 	}
 }
 
-// Events counts the calls that end a connection's sharing.
+// Events counts the calls that end a connection's sharing, and the faults of the core
+// the fake saw.
 type Events struct {
 	PeerLost, Violations, Closes int
+	// Uncommitted counts the peer's publications of bytes into units of this End's
+	// elastic buffer that were not committed.
+	Uncommitted int
 }
 
-// Events returns how often PeerLost, Violation and Close were called.
+// Events returns how often PeerLost, Violation and Close were called, and how often the
+// peer published into uncommitted units.
 func (e *End) Events() Events {
-	return Events{int(e.peerLost.Load()), int(e.violations.Load()), int(e.closes.Load())}
+	return Events{int(e.peerLost.Load()), int(e.violations.Load()), int(e.closes.Load()), int(e.outside.Load())}
 }
 
 // deadline is a doorbell's deadline, as net.Pipe keeps one: cancel is closed when it

@@ -102,3 +102,33 @@ func TestInject(t *testing.T) {
 	assert.Equal(t, datapath.Cons{Cursor: cdc.Cursor{Wrap: 9}}, a.PeerCons())
 	require.NoError(t, a.Wait(datapath.Writer))
 }
+
+func TestElastic(t *testing.T) {
+	a, b := pathtest.PairElastic(256, 256, 64)
+	assert.Equal(t, datapath.Layout{RxMemory: 256, TxMemory: 256, TxUnit: 64}, a.Layout())
+	assert.Equal(t, 1, b.Committed(), "the owner's unit")
+
+	copy(a.TxBuf()[60:], "spans")
+	a.PushProd(cdc.Cursor{Count: 65}, 60, 5) // into unit 1, not committed
+	assert.Equal(t, pathtest.Events{Uncommitted: 1}, b.Events())
+
+	require.NoError(t, a.CommitTx(1))
+	assert.Equal(t, 2, b.Committed())
+	a.PushProd(cdc.Cursor{Count: 65}, 60, 5)
+	a.PushProd(cdc.Cursor{Wrap: 1, Count: 10}, 250, 16) // wraps into unit 0
+	assert.Equal(t, pathtest.Events{Uncommitted: 2}, b.Events(), "unit 3 is not committed")
+
+	require.NoError(t, a.DecommitTx(1))
+	assert.Equal(t, make([]byte, 64), b.RxRing()[64:128], "a unit given back is cleared")
+	require.NoError(t, a.DecommitTx(0), "unit 0 stays")
+	assert.Equal(t, 1, b.Committed())
+	assert.Equal(t, "spa", string(b.RxRing()[60:63]))
+
+	a.FailCommits(1)
+	assert.ErrorIs(t, a.CommitTx(2), pathtest.ErrCommit)
+	assert.NoError(t, a.CommitTx(2))
+	assert.Error(t, a.CommitTx(4), "out of range")
+
+	c, _ := pathtest.Pair(64, 64)
+	assert.Error(t, c.CommitTx(1), "not elastic")
+}
