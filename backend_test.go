@@ -403,3 +403,20 @@ func TestFakeCommitFailure(t *testing.T) {
 	streamExact(t, a, b, 2<<20, 200<<10, 6)
 	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
 }
+
+// TestFakeBytesOnLivenessConnection: after the handshake nothing may arrive on the
+// liveness connection; bytes there abort the connection with ErrProtocol and wake its
+// blocked Read.
+func TestFakeBytesOnLivenessConnection(t *testing.T) {
+	a, b, ae, be := fakePipe(t, Config{BusyPoll: -1}, Config{})
+	defer a.Close()
+	defer b.Close()
+	rd := goReadInto(a, make([]byte, 1))
+	ae.AwaitWait(datapath.Reader)
+	wrote := make(chan error, 1)
+	go func() { _, err := be.Liveness().Write([]byte{0x42}); wrote <- err }()
+	r := await(t, rd, "the Read after bytes on the liveness connection")
+	assert.ErrorIs(t, r.err, ErrProtocol)
+	require.NoError(t, <-wrote)
+	assert.NotZero(t, b.backend.PeerCons().ConnFlags&cdc.PeerConnAbort, "the peer was told")
+}
