@@ -1,7 +1,11 @@
 package smcloop
 
 import (
+	"io"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/smcloop/smcloop/cdc"
 )
@@ -66,62 +70,60 @@ func TestCloseStep(t *testing.T) {
 	}
 	for _, tc := range cases {
 		got := closeStep(tc.from, tc.ev, tc.shutWr, tc.peerClosed)
-		if got.next != tc.to || got.send != tc.send {
-			t.Errorf("%v + event %d (shutWr=%v peerClosed=%v) = %v sending %v; want %v sending %v",
-				tc.from, tc.ev, tc.shutWr, tc.peerClosed, got.next, got.send, tc.to, tc.send)
-		}
+		assert.Equal(t, transition{tc.to, tc.send}, got, "%v + event %d (shutWr=%v peerClosed=%v)",
+			tc.from, tc.ev, tc.shutWr, tc.peerClosed)
 	}
 }
 
-// TestCloseStates drives real connections through the common close sequences and checks
-// the states both ends reach.
+// TestCloseStates drives connections on every backend through the common close
+// sequences and checks the states both ends reach and what their Reads return.
 func TestCloseStates(t *testing.T) {
-	t.Run("active close then peer close", func(t *testing.T) {
-		a, b := pipe(t, Config{}, Config{})
-		a.Close()
-		buf := make([]byte, 1)
-		if _, err := b.Read(buf); err == nil {
-			t.Fatal("Read after peer close returned no error")
-		}
-		if s := b.State(); s != StateAppCloseWait1 {
-			t.Fatalf("passive side state %v, want APPLCLW1", s)
-		}
-		if s := a.State(); s != StatePeerCloseWait1 {
-			t.Fatalf("active side state %v, want PEERCLW1", s)
-		}
-		b.Close()
-		if s := b.State(); s != StateClosed {
-			t.Fatalf("passive side after Close: %v, want CLOSED", s)
-		}
-	})
-	t.Run("half close both ways", func(t *testing.T) {
-		a, b := pipe(t, Config{}, Config{})
-		defer a.Close()
-		defer b.Close()
-		if err := a.CloseWrite(); err != nil {
-			t.Fatal(err)
-		}
-		if s := a.State(); s != StatePeerCloseWait1 {
-			t.Fatalf("after CloseWrite: %v, want PEERCLW1", s)
-		}
-		buf := make([]byte, 1)
-		if n, err := b.Read(buf); n != 0 || err == nil {
-			t.Fatalf("Read after peer CloseWrite = %d, %v; want EOF", n, err)
-		}
-		if s := b.State(); s != StateAppCloseWait1 {
-			t.Fatalf("after peer CloseWrite: %v, want APPLCLW1", s)
-		}
-		if err := b.CloseWrite(); err != nil {
-			t.Fatal(err)
-		}
-		if s := b.State(); s != StateAppCloseWait2 {
-			t.Fatalf("after both CloseWrite: %v, want APPLCLW2", s)
-		}
-		if _, err := a.Read(buf); err == nil {
-			t.Fatal("Read after both CloseWrite returned no error")
-		}
-		if s := a.State(); s != StatePeerCloseWait2 {
-			t.Fatalf("active side after peer CloseWrite: %v, want PEERCLW2", s)
-		}
+	forEachBackend(t, func(t *testing.T, pipe pairFunc) {
+		t.Run("active close then peer close", func(t *testing.T) {
+			a, b := pipe(t, Config{}, Config{})
+			require.NoError(t, a.Close())
+			_, err := b.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, io.EOF, "Read after the peer's close")
+			assert.Equal(t, StateAppCloseWait1, b.State(), "the passive side")
+			assert.Equal(t, StatePeerCloseWait1, a.State(), "the active side")
+			require.NoError(t, b.Close())
+			assert.Equal(t, StateClosed, b.State(), "the passive side after Close")
+		})
+		t.Run("half close both ways", func(t *testing.T) {
+			a, b := pipe(t, Config{}, Config{})
+			defer a.Close()
+			defer b.Close()
+			require.NoError(t, a.CloseWrite())
+			assert.Equal(t, StatePeerCloseWait1, a.State(), "after CloseWrite")
+			n, err := b.Read(make([]byte, 1))
+			assert.Zero(t, n)
+			assert.ErrorIs(t, err, io.EOF, "Read after the peer's CloseWrite")
+			assert.Equal(t, StateAppCloseWait1, b.State(), "after the peer's CloseWrite")
+			require.NoError(t, b.CloseWrite())
+			assert.Equal(t, StateAppCloseWait2, b.State(), "after both CloseWrite")
+			_, err = a.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, io.EOF, "Read after both CloseWrite")
+			assert.Equal(t, StatePeerCloseWait2, a.State(), "the active side after the peer's CloseWrite")
+		})
+		t.Run("close with unread data aborts", func(t *testing.T) {
+			a, b := pipe(t, Config{}, Config{})
+			defer b.Close()
+			_, err := b.Write([]byte("unread"))
+			require.NoError(t, err)
+			require.Equal(t, 6, published(a), "a Write publishes before it returns")
+			require.NoError(t, a.Close())
+			assert.Equal(t, cdc.PeerConnAbort, b.backend.PeerCons().ConnFlags&(cdc.PeerConnAbort|cdc.PeerConnClosed),
+				"close with unread data sends peer_conn_abort")
+			_, err = b.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, ErrPeerReset)
+			assert.Equal(t, StateProcessAbort, b.State())
+		})
+		t.Run("write after the peer's close", func(t *testing.T) {
+			a, b := pipe(t, Config{}, Config{})
+			defer a.Close()
+			require.NoError(t, b.Close())
+			_, err := a.Write([]byte("x"))
+			assert.ErrorIs(t, err, ErrPeerClosed)
+		})
 	})
 }

@@ -2,56 +2,27 @@ package smcloop
 
 import (
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/internal/presence"
-	"github.com/smcloop/smcloop/smcd"
 )
-
-// link is what the connection core needs from a backend (SMC-D today; SMC-R fits the
-// same shape: its TxBuf is the local send buffer and PushProd an RDMA write plus a CDC).
-// The core owns the cursors and every decision; the backend moves bytes, publishes the
-// cursor words and signals.
-type link interface {
-	Init()
-	RxRing() []byte
-	TxBuf() []byte
-	TxElastic() bool
-	TxChunks() int
-	TxChunk(off int) int
-	CommitTx(k int) error
-	DecommitTx(k int) error
-	LoadPeerProd() uint64
-	LoadPeerCons() uint64
-	PushProd(w uint64, off, n int)
-	PublishCons(w uint64, wake uint64)
-	Announce(bit uint64)
-	Retract(bit uint64)
-	Sleeping(bit uint64) bool
-	FutexSleep(bit uint64, ready func() bool, d time.Duration) bool
-	Wait(bit uint64) error
-	SetDeadline(bit uint64, t time.Time) error
-	WakeLocal()
-	Counters() smcd.Counters
-	PeerLost()
-	Violation()
-	Close(peerDone bool)
-}
 
 // Conn is an SMC connection: after the CLC handshake its bytes flow through shared memory
 // and the TCP connection only carries liveness; after a fallback the TCP connection
 // carries the bytes. Conn implements net.Conn; Read, Write and Close may be called
 // concurrently, like on any net.Conn.
 type Conn struct {
-	tcp  *countingConn // the CLC socket
-	cfg  *settings
-	smc  bool
-	link link   // nil after a fallback
-	net  string // "smcd" or "tcp", for errors
+	tcp     *countingConn // the CLC socket
+	cfg     *settings
+	smc     bool
+	backend datapath.Backend // the data path; nil after a fallback
+	net     string           // for errors: the backend's name ("smcd"), or the socket's network after a fallback
 
 	localReason, peerReason    uint32           // fallback reasons (0 when SMC is in use)
 	ticket                     *presence.Ticket // announcement kept until the server surely took it
@@ -60,6 +31,9 @@ type Conn struct {
 	// hs is set for a dial that returned before its handshake (DialConn): this Conn then
 	// forwards every call to the connection the handshake makes (conn_pending.go).
 	hs *pendingHandshake
+	// testHooks are the knobs a test turns on this connection, set before it is used;
+	// nil otherwise.
+	testHooks *connTestHooks
 
 	// Reader state, owned by readMu.
 	readMu      sync.Mutex
@@ -67,7 +41,6 @@ type Conn struct {
 	rxCons      cdc.Cursor  // our consumer cursor in our ring
 	rxConfirmed cdc.Cursor  // the consumer cursor last published to the peer
 	rxProd      cdc.Cursor  // peer's producer cursor, last validated
-	rxProdW     uint64      // the raw word rxProd came from
 	rdClosed    atomic.Bool // CloseRead
 	rxSpin      spinner
 
@@ -77,7 +50,7 @@ type Conn struct {
 	txProd   cdc.Cursor    // published producer cursor in the peer's ring
 	txPrep   cdc.Cursor    // prepared: bytes up to here are in the send space, maybe unpublished
 	txCons   cdc.Cursor    // peer's consumer cursor of its ring, last validated
-	txConsW  uint64        // the raw word txCons came from
+	txPeer   datapath.Cons // the peer's consumer message txCons came from
 	txFlags  cdc.ProdFlags // producer flags published (write_blocked, cons_curs_upd_req)
 	corked   bool          // SetCork(true)
 	moreHeld bool          // the last write carried "more is coming"
@@ -99,16 +72,13 @@ type Conn struct {
 	autocorked, autosplitSegments, windowUpdates     atomic.Uint64
 	meter                                            connMeter // registry.go: the registry entry, full buffers, request sizes
 
-	// The consumer word we publish in the peer's CDC area carries our consumer cursor
-	// and our producer and connection-state flags; ctlMu serialises its writers and
-	// guards the close state.
-	ctlMu   sync.Mutex
-	ctlCons cdc.Cursor
-	ctlPF   cdc.ProdFlags
-	ctlCF   cdc.ConnFlags
-	state   State
-	peerCF  cdc.ConnFlags // peer connection-state flags already applied to state
-	shutWr  bool          // we sent done_writing
+	// The consumer message we publish carries our consumer cursor and our producer and
+	// connection-state flags; ctlMu serialises its writers and guards the close state.
+	ctlMu  sync.Mutex
+	ctl    datapath.Cons
+	state  State
+	peerCF cdc.ConnFlags // peer connection-state flags already applied to state
+	shutWr bool          // we sent done_writing
 
 	closed   atomic.Bool // Close called
 	peerGone atomic.Bool // liveness channel lost
@@ -125,6 +95,30 @@ type Conn struct {
 	monitorDone        chan struct{} // by a monitor goroutine: closed when it returns
 	watchIdx, watchGen uint32
 	unwatched          bool // the watch is over (event handled, or Close)
+}
+
+// newBackendConn builds an established SMC connection whose bytes go through b, over its
+// CLC socket tcp (the liveness channel; the handshake's leftover bytes, if any, are in
+// tcp.pending). The ring sizes are b's. It publishes what b must publish first and sets
+// up the send window; the caller aborts the connection if the handshake left bytes.
+func newBackendConn(tcp *countingConn, cfg *settings, b datapath.Backend, server bool) *Conn {
+	b.Start()
+	c := &Conn{
+		tcp: tcp, cfg: cfg, net: strings.ToLower(b.Name()), smc: true, backend: b,
+		state:  StateActive,
+		rxSize: len(b.RxRing()), txSize: len(b.TxBuf()),
+		clcBytesSent: tcp.sent.Load(), clcBytesRecv: tcp.recv.Load() - uint64(len(tcp.pending)),
+		server: server,
+	}
+	c.initWindow()
+	return c
+}
+
+// connTestHooks change how one connection works, for tests of paths that are otherwise
+// hard to reach.
+type connTestHooks struct {
+	monitorOnly bool // watch the liveness channel with a monitor goroutine, not the watcher
+	slideLimit  int  // if > 0, replaces slideLimit
 }
 
 // flusherState is the autocork flusher's: while it exists, the writer's doorbell has one
@@ -165,7 +159,7 @@ func (d *deadline) expired() bool {
 	return ns != 0 && time.Now().UnixNano() >= ns
 }
 
-// UsingSMC reports whether the connection's bytes go through SMC-D shared memory (false
+// UsingSMC reports whether the connection's bytes go through SMC shared memory (false
 // after a fallback to TCP).
 func (c *Conn) UsingSMC() bool {
 	c, err := c.resolve("get")
@@ -183,8 +177,8 @@ func (c *Conn) FallbackReason() (local, peer uint32) {
 	return c.localReason, c.peerReason
 }
 
-// Mode names what is on the wire, like smcss's Mode column: "SMCD" or
-// "TCP 0x05000000/0x03030001" ("UNIX ..." for a fallback on a unix socket).
+// Mode names what is on the wire, like smcss's Mode column: the backend's name ("SMCD")
+// or "TCP 0x05000000/0x03030001" ("UNIX ..." for a fallback on a unix socket).
 func (c *Conn) Mode() string {
 	if c == nil {
 		return "closed (nil *Conn)"
@@ -194,7 +188,7 @@ func (c *Conn) Mode() string {
 		return "failed (" + err.Error() + ")"
 	}
 	if c.smc {
-		return "SMCD"
+		return c.backend.Name()
 	}
 	carrier := "TCP "
 	if _, ok := c.tcp.Conn.(*net.UnixConn); ok {
@@ -269,7 +263,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 		return c.opError("set", net.ErrClosed)
 	}
 	c.readDeadline.set(t)
-	return c.deadlineSet(smcd.WakeReader, &c.readDeadline)
+	return c.deadlineSet(datapath.Reader, &c.readDeadline)
 }
 
 // SetWriteDeadline sets the deadline for Write calls, including one already blocked.
@@ -285,45 +279,50 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 		return c.opError("set", net.ErrClosed)
 	}
 	c.writeDeadline.set(t)
-	return c.deadlineSet(smcd.WakeWriter, &c.writeDeadline)
+	return c.deadlineSet(datapath.Writer, &c.writeDeadline)
 }
 
 // deadlineSet follows a new deadline: a wait sleeping now gets it at once; later waits
 // apply it before they sleep. (The setter stores the deadline before it looks for a
 // sleeper, and the waiter announces its sleep before it applies the deadline, so one of
 // them applies the new one.)
-func (c *Conn) deadlineSet(bit uint64, dl *deadline) error {
-	if !c.link.Sleeping(bit) {
+func (c *Conn) deadlineSet(d datapath.Dir, dl *deadline) error {
+	if !c.backend.Sleeping(d) {
 		return nil
 	}
-	return c.applyDeadline(bit, dl)
+	return c.applyDeadline(d, dl)
 }
 
 // applyDeadline sets the doorbell's deadline to dl's current value (a no-op if the
-// doorbell has it already, which is the common case). A reused DMB's doorbell may still
-// carry the deadline of an earlier connection: the first sleep replaces it.
-func (c *Conn) applyDeadline(bit uint64, dl *deadline) error {
+// doorbell has it already, which is the common case). A reused buffer's doorbell may
+// still carry the deadline of an earlier connection: the first sleep replaces it.
+func (c *Conn) applyDeadline(d datapath.Dir, dl *deadline) error {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return c.link.SetDeadline(bit, dl.time())
+	return c.backend.SetDeadline(d, dl.time())
 }
+
+// publishCtlLocked publishes the consumer message c.ctl and wakes the peer's sleepers in
+// wake. ctlMu is held.
+func (c *Conn) publishCtlLocked(wake datapath.Dir) { c.backend.PublishCons(c.ctl, wake) }
 
 func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: c.net, Source: c.tcp.LocalAddr(), Addr: c.tcp.RemoteAddr(), Err: err}
 }
 
 // abort ends the connection after a local fault (protocol violation): the peer gets
-// peer_conn_abort, local waiters wake, the TCP connection is torn down, and the link
-// group is terminated, which tells the peer's device (and so may wait for it).
+// peer_conn_abort, local waiters wake, the TCP connection is torn down, and the backend
+// gives up on the peer (Violation: SMC-D terminates the link group, which tells the
+// peer's device and so may wait for it).
 func (c *Conn) abort(err error) {
 	if c.abortLocal(err) {
-		c.link.Violation() // keep no buffers shared with a peer that broke the protocol
+		c.backend.Violation() // keep no buffers shared with a peer that broke the protocol
 	}
 }
 
-// abortLocal is abort without the link group's termination, so it waits for nothing of
-// the peer's. It reports whether this was the connection's first abort, whose caller
-// then owes link.Violation (the liveness watcher hands it to another goroutine).
+// abortLocal is abort without the backend's Violation, so it waits for nothing of the
+// peer's. It reports whether this was the connection's first abort, whose caller then
+// owes Violation (the liveness watcher hands it to another goroutine).
 func (c *Conn) abortLocal(err error) bool {
 	c.abortMu.Lock()
 	first := !c.aborted.Load()
@@ -337,12 +336,12 @@ func (c *Conn) abortLocal(err error) bool {
 	}
 	c.ctlMu.Lock()
 	c.applyLocked(evLocalAbort)
-	if c.ctlCF&cdc.PeerConnAbort == 0 { // the peer must learn of the abort in any state
-		c.ctlCF |= cdc.PeerConnAbort
-		c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), smcd.WakeReader|smcd.WakeWriter)
+	if c.ctl.ConnFlags&cdc.PeerConnAbort == 0 { // the peer must learn of the abort in any state
+		c.ctl.ConnFlags |= cdc.PeerConnAbort
+		c.publishCtlLocked(datapath.Reader | datapath.Writer)
 	}
 	c.ctlMu.Unlock()
-	c.link.WakeLocal()
+	c.backend.WakeLocal()
 	if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {
 		tc.SetLinger(0) // RST, like tcp_abort
 	}

@@ -5,7 +5,7 @@ import (
 	"net"
 
 	"github.com/smcloop/smcloop/cdc"
-	"github.com/smcloop/smcloop/smcd"
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // State is the SMC connection state, with the kernel's enum smc_state values.
@@ -173,8 +173,8 @@ func (c *Conn) applyLocked(ev closeEvent) {
 	t := closeStep(c.state, ev, c.shutWr, c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0)
 	c.state = t.next
 	if t.send != 0 {
-		c.ctlCF |= t.send
-		c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), smcd.WakeReader|smcd.WakeWriter)
+		c.ctl.ConnFlags |= t.send
+		c.publishCtlLocked(datapath.Reader | datapath.Writer)
 	}
 }
 
@@ -202,7 +202,7 @@ func (c *Conn) observePeer(cf cdc.ConnFlags) {
 // Close closes the connection. On SMC it sends the close (peer_conn_closed, or
 // peer_conn_abort if unread data is left in our buffer), wakes and waits out any
 // blocked Read or Write, closes the TCP connection (with a reset where the peer can have
-// nothing left to read on it) and releases both DMBs.
+// nothing left to read on it) and releases both buffers.
 func (c *Conn) Close() error {
 	if c == nil {
 		return nilConnError("close")
@@ -220,7 +220,7 @@ func (c *Conn) Close() error {
 		}
 		return c.tcp.Close()
 	}
-	c.link.WakeLocal()
+	c.backend.WakeLocal()
 	c.writeMu.Lock() // a Write still running may start the flusher; none can after this
 	fl := c.fl
 	c.writeMu.Unlock()
@@ -235,8 +235,7 @@ func (c *Conn) Close() error {
 	c.pushLocked() // what was written goes out before the close (the kernel drains)
 
 	unread, err := c.refreshRx()
-	_, _, cf := cdc.UnpackWord(c.link.LoadPeerCons())
-	c.observePeer(cf)
+	c.observePeer(c.backend.PeerCons().ConnFlags)
 	c.ctlMu.Lock()
 	t := closeStep(c.state, evAppClose, c.shutWr, c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0)
 	if t.send == cdc.PeerConnClosed && (unread > 0 || err != nil) {
@@ -244,8 +243,8 @@ func (c *Conn) Close() error {
 	}
 	c.state = t.next
 	if t.send != 0 {
-		c.ctlCF |= t.send
-		c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), smcd.WakeReader|smcd.WakeWriter)
+		c.ctl.ConnFlags |= t.send
+		c.publishCtlLocked(datapath.Reader | datapath.Writer)
 	}
 	peerDone := c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
 	c.ctlMu.Unlock()
@@ -269,7 +268,7 @@ func (c *Conn) Close() error {
 	c.ctlMu.Unlock()
 	if c.deferClose(peerDone) { // else the end of the last lease or reservation does it
 		elasticConns.remove(c)
-		c.link.Close(peerDone)
+		c.backend.Close(peerDone)
 	}
 	return nil
 }
@@ -321,6 +320,6 @@ func (c *Conn) CloseRead() error {
 		return c.opError("close", net.ErrClosed)
 	}
 	c.rdClosed.Store(true)
-	c.link.WakeLocal()
+	c.backend.WakeLocal()
 	return nil
 }

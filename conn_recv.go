@@ -8,11 +8,10 @@ import (
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/smcloop/smcloop/cdc"
-	"github.com/smcloop/smcloop/smcd"
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // peerStopFlags are the connection-state flags that end the peer's sending.
@@ -120,8 +119,8 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		// publishes its last cursor before its close flags and both before its TCP close,
 		// so whatever we see set here comes with every byte the peer sent before it.
 		gone := c.peerGone.Load()
-		consW := c.link.LoadPeerCons()
-		_, pf, cf := cdc.UnpackWord(consW)
+		peer := c.backend.PeerCons()
+		pf, cf := peer.ProdFlags, peer.ConnFlags
 		c.observePeer(cf)
 		unread, err := c.refreshRx()
 		if err != nil {
@@ -131,7 +130,7 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		if unread > skip {
 			if skip > 0 {
 				off := (int(c.rxCons.Count) + skip) % c.rxSize
-				consume(c.link.RxRing()[off : off+min(unread-skip, c.rxSize-off)])
+				consume(c.backend.RxRing()[off : off+min(unread-skip, c.rxSize-off)])
 				return 0, nil
 			}
 			if unread == c.rxSize {
@@ -150,7 +149,7 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		case gone:
 			return 0, c.opError("read", ErrPeerGone)
 		}
-		if err := c.waitFor(smcd.WakeReader, c.rxReady, &c.readDeadline); err != nil {
+		if err := c.waitFor(datapath.Reader, c.rxReady, &c.readDeadline); err != nil {
 			return 0, c.opError("read", err)
 		}
 	}
@@ -159,14 +158,12 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 // refreshRx validates the peer's producer cursor and returns the unread byte count. The
 // cursor may only move forward, by at most the free space of our ring.
 func (c *Conn) refreshRx() (int, error) {
-	w := c.link.LoadPeerProd()
-	if w != c.rxProdW {
-		next, _, _ := cdc.UnpackWord(w)
+	if next := c.backend.PeerProd(); next != c.rxProd {
 		free := c.rxSize - cdc.Diff(c.rxSize, c.rxCons, c.rxProd)
 		if _, err := cdc.Advance("producer cursor", c.rxSize, c.rxProd, next, free); err != nil {
 			return 0, err
 		}
-		c.rxProd, c.rxProdW = next, w
+		c.rxProd = next
 	}
 	return cdc.Diff(c.rxSize, c.rxCons, c.rxProd), nil
 }
@@ -174,7 +171,7 @@ func (c *Conn) refreshRx() (int, error) {
 // consume offers the unread bytes (at most two pieces) to f, advances the consumer
 // cursor by what it took and publishes it if the window-update rule says so.
 func (c *Conn) consume(unread int, pf cdc.ProdFlags, f func(ring []byte) int) int {
-	ring := c.link.RxRing()
+	ring := c.backend.RxRing()
 	off := int(c.rxCons.Count)
 	first := min(unread, c.rxSize-off)
 	n := f(ring[off : off+first])
@@ -209,21 +206,20 @@ func (c *Conn) confirm(pf cdc.ProdFlags, draining bool) {
 	c.rxConfirmed = c.rxCons
 	c.windowUpdates.Add(1)
 	c.ctlMu.Lock()
-	c.ctlCons = c.rxCons
-	c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), smcd.WakeWriter)
+	c.ctl.Cursor = c.rxCons
+	c.publishCtlLocked(datapath.Writer)
 	c.ctlMu.Unlock()
 }
 
 // rxReady is the reader's wake-up condition, cheap enough to spin on.
 func (c *Conn) rxReady() bool {
-	if c.link.LoadPeerProd() != c.rxProdW {
+	if c.backend.PeerProd() != c.rxProd {
 		return true
 	}
-	_, _, cf := cdc.UnpackWord(c.link.LoadPeerCons())
-	return cf&peerStopFlags != 0 || c.peerGone.Load() || c.closed.Load() || c.aborted.Load() || c.rdClosed.Load()
+	return c.backend.PeerCons().ConnFlags&peerStopFlags != 0 || c.peerGone.Load() || c.closed.Load() || c.aborted.Load() || c.rdClosed.Load()
 }
 
-// waitFor blocks the reader (WakeReader) or writer (WakeWriter) until ready() may have
+// waitFor blocks the reader or the writer (d) until ready() may have
 // become true, the deadline passes or the connection is woken locally. It tries, in
 // order, what costs least for the wait at hand:
 //
@@ -240,9 +236,9 @@ func (c *Conn) rxReady() bool {
 //  3. The doorbell: announce the sleep in shared memory, re-check (a producer that
 //     published before seeing the announcement is caught here), and park on the
 //     doorbell, which the device's signal dispatcher rings from Go's poller.
-func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
+func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 	sp, ws := &c.rxSpin, &c.rxWaits
-	if bit == smcd.WakeWriter {
+	if d == datapath.Writer {
 		sp, ws = &c.txSpin, &c.txWaits
 	}
 	ws.waits.Add(1)
@@ -271,23 +267,23 @@ func (c *Conn) waitFor(bit uint64, ready func() bool, dl *deadline) error {
 	default:
 		ws.spinSkips.Add(1)
 	}
-	if c.shortSleep(bit, ready, dl, ws) {
+	if c.shortSleep(d, ready, dl, ws) {
 		return nil
 	}
 	if dl.expired() {
 		return os.ErrDeadlineExceeded
 	}
-	c.link.Announce(bit)
+	c.backend.Announce(d)
 	if ready() {
-		c.link.Retract(bit)
+		c.backend.Retract(d)
 		ws.recheckHits.Add(1)
 		return nil
 	}
 	c.ensureWatched()
 	// An error here (the connection closing) is Wait's to report.
-	_ = c.applyDeadline(bit, dl)
-	err := c.link.Wait(bit)
-	c.link.Retract(bit)
+	_ = c.applyDeadline(d, dl)
+	err := c.backend.Wait(d)
+	c.backend.Retract(d)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if dl.expired() {
@@ -313,7 +309,7 @@ var shortSleepers atomic.Int32
 // the deadline): the peer's next cursor update wakes it with one futex(2) call and no
 // dispatcher, about as fast as a spin that hits but without its CPU. It reports whether
 // the wait is over.
-func (c *Conn) shortSleep(bit uint64, ready func() bool, dl *deadline, ws *waitCounts) bool {
+func (c *Conn) shortSleep(dir datapath.Dir, ready func() bool, dl *deadline, ws *waitCounts) bool {
 	d := shortSleepSpan
 	if ns := dl.ns.Load(); ns != 0 {
 		if d = min(d, time.Until(time.Unix(0, ns))); d <= 0 {
@@ -327,7 +323,7 @@ func (c *Conn) shortSleep(bit uint64, ready func() bool, dl *deadline, ws *waitC
 		shortSleepers.Add(-1)
 		return false
 	}
-	ok := c.link.FutexSleep(bit, ready, d)
+	ok := c.backend.ShortSleep(dir, ready, d)
 	shortSleepers.Add(-1)
 	if ok {
 		ws.futexHits.Add(1)
@@ -412,18 +408,14 @@ func spinYield(ready func() bool) bool {
 // spinners counts the goroutines of this process in spinYield.
 var spinners atomic.Int32
 
-// yield gives the CPU to another runnable thread, if any (sched_yield).
-func yield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
-
 var idleSamples = sync.Pool{New: func() any {
 	return &[2]metrics.Sample{{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
 }}
 
 // processIdle reports whether no other goroutine of the process is running or waiting
-// to run (runtime/metrics, about 70 ns): then a short sleep holding a P delays nobody. A
-// server with several busy connections never takes one (stacksbench's 8-connection
-// net/http row); a two-process bulk transfer takes them for most waits (smcloop bench's
-// waits table at 1 MiB).
+// to run (runtime/metrics): then a short sleep holding a P delays nobody. A server with
+// several busy connections never takes one; a two-process bulk transfer takes them for
+// most waits (docs/HISTORY.md, "Connection core").
 func processIdle() bool {
 	s := idleSamples.Get().(*[2]metrics.Sample)
 	metrics.Read(s[:])

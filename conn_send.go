@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/internal/sockopt"
-	"github.com/smcloop/smcloop/smcd"
 )
 
 // Write writes b to the connection. On SMC it copies straight into the peer's DMB (or the
@@ -69,8 +69,8 @@ func (c *Conn) SetCork(on bool) error {
 }
 
 // SetNoDelay with true publishes pending bytes at once (TCP_NODELAY on an SMC socket
-// pushes, as the kernel's does since 2022). SMC has no Nagle algorithm, so false changes
-// nothing on SMC. On a TCP fallback it sets TCP_NODELAY.
+// pushes, as the kernel's smc_setsockopt does). SMC has no Nagle algorithm, so false
+// changes nothing on SMC. On a TCP fallback it sets TCP_NODELAY.
 func (c *Conn) SetNoDelay(on bool) error {
 	c, err := c.resolve("set")
 	if err != nil {
@@ -139,7 +139,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		if err != nil {
 			return total, c.opError("write", err)
 		}
-		span := c.link.TxBuf()[off : off+room]
+		span := c.backend.TxBuf()[off : off+room]
 		n, rerr := r.Read(span)
 		if n < 0 || n > len(span) {
 			return total, c.opError("write", io.ErrShortWrite)
@@ -165,7 +165,8 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // autocorkBacklog is how many times the bytes held back the peer must still have
-// published and unconsumed for autocorking to hold a write.
+// published and unconsumed for autocorking to hold a write: holding more than a quarter
+// of the backlog leaves the peer idle waiting for the held bytes.
 const autocorkBacklog = 4
 
 // isFile reports whether r reads a file: *os.File itself, the wrapper os.File.WriteTo
@@ -266,7 +267,7 @@ func (c *Conn) waitSpace() (int, error) {
 		c.pushLocked() // rule 2: a full send space goes out
 		c.setWriteBlocked(true)
 		took := c.takeSpaceBell()
-		err = c.waitFor(smcd.WakeWriter, c.txReady, &c.writeDeadline)
+		err = c.waitFor(datapath.Writer, c.txReady, &c.writeDeadline)
 		if took {
 			<-c.fl.spaceTok
 		}
@@ -293,7 +294,7 @@ func (c *Conn) takeSpaceBell() bool {
 	default:
 	}
 	c.wantSpace.Store(true)
-	c.link.WakeLocal()
+	c.backend.WakeLocal()
 	c.fl.spaceTok <- struct{}{}
 	c.wantSpace.Store(false)
 	return true
@@ -303,8 +304,8 @@ func (c *Conn) takeSpaceBell() bool {
 // published and it has not yet consumed) and returns the free send space after the
 // prepared bytes and the peer's connection-state flags. writeMu is held.
 func (c *Conn) refreshTx() (free int, cf cdc.ConnFlags, err error) {
-	w := c.link.LoadPeerCons()
-	next, _, cf := cdc.UnpackWord(w)
+	peer := c.backend.PeerCons()
+	next, cf := peer.Cursor, peer.ConnFlags
 	c.observePeer(cf)
 	if next != c.txCons {
 		inflight := cdc.Diff(c.txSize, c.txCons, c.txProd)
@@ -313,14 +314,14 @@ func (c *Conn) refreshTx() (free int, cf cdc.ConnFlags, err error) {
 		}
 		c.txCons = next
 	}
-	c.txConsW = w
+	c.txPeer = peer
 	return c.txSize - cdc.Diff(c.txSize, c.txCons, c.txPrep), cf, nil
 }
 
 // copyIn copies p (which fits the free space) to the prepared cursor, in at most two
 // pieces around the ring wrap. writeMu is held.
 func (c *Conn) copyIn(p []byte) {
-	buf := c.link.TxBuf()
+	buf := c.backend.TxBuf()
 	n := len(p)
 	off := int(c.txPrep.Count)
 	first := min(n, c.txSize-off)
@@ -357,8 +358,7 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 	// The consumer cursor as this write last saw it: no extra shared load per write. The
 	// peer counts as behind while it still has several times as much published data to
 	// consume as would be held back: then a held write costs it nothing, while holding
-	// more would leave it idle waiting (measured: holding more than a quarter of the
-	// backlog loses for writes of 1 KiB and up).
+	// more would leave it idle waiting (autocorkBacklog).
 	backlog := cdc.Diff(c.txSize, c.txCons, c.txProd)
 	st.peerBehind = backlog > 0 && backlog >= autocorkBacklog*pending
 	push, why := flushDecision(st)
@@ -387,7 +387,7 @@ func (c *Conn) pushLocked() {
 	off := int(c.txProd.Count)
 	c.txProd = c.txPrep
 	c.moreHeld = false
-	c.link.PushProd(cdc.PackWord(c.txProd, 0, 0), off, pending)
+	c.backend.PushProd(c.txProd, off, pending)
 	c.pushes.Add(1)
 	c.setWriteBlocked(false)
 	c.setProdFlag(cdc.ConsCursUpdReq, false)
@@ -412,17 +412,17 @@ func (c *Conn) setProdFlag(f cdc.ProdFlags, on bool) {
 	}
 	c.ctlMu.Lock()
 	if on {
-		c.ctlPF |= f
+		c.ctl.ProdFlags |= f
 	} else {
-		c.ctlPF &^= f
+		c.ctl.ProdFlags &^= f
 	}
-	c.link.PublishCons(cdc.PackWord(c.ctlCons, c.ctlPF, c.ctlCF), 0)
+	c.publishCtlLocked(0)
 	c.ctlMu.Unlock()
 }
 
 // txReady is the writer's wake-up condition.
 func (c *Conn) txReady() bool {
-	return c.link.LoadPeerCons() != c.txConsW || c.peerGone.Load() || c.closed.Load() || c.aborted.Load()
+	return c.backend.PeerCons() != c.txPeer || c.peerGone.Load() || c.closed.Load() || c.aborted.Load()
 }
 
 // armFlusher makes sure autocorked bytes go out once the peer has consumed the previous
@@ -475,7 +475,7 @@ func (c *Conn) flushHeld(fl *flusherState) {
 			c.writeMu.Unlock()
 			return
 		}
-		seen := c.txConsW
+		seen := c.txPeer
 		c.writeMu.Unlock()
 
 		select {
@@ -483,14 +483,14 @@ func (c *Conn) flushHeld(fl *flusherState) {
 		default:
 			return // a Write waits for space; it publishes everything when it wakes
 		}
-		c.link.Announce(smcd.WakeWriter)
-		if c.link.LoadPeerCons() == seen && !c.closed.Load() && !c.wantSpace.Load() {
+		c.backend.Announce(datapath.Writer)
+		if c.backend.PeerCons() == seen && !c.closed.Load() && !c.wantSpace.Load() {
 			c.ensureWatched()
 			// The doorbell is ours (spaceTok): no write deadline applies to the flusher.
-			_ = c.link.SetDeadline(smcd.WakeWriter, time.Time{})
-			c.link.Wait(smcd.WakeWriter)
+			_ = c.backend.SetDeadline(datapath.Writer, time.Time{})
+			c.backend.Wait(datapath.Writer)
 		}
-		c.link.Retract(smcd.WakeWriter)
+		c.backend.Retract(datapath.Writer)
 		<-fl.spaceTok
 	}
 }

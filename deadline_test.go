@@ -1,11 +1,16 @@
 package smcloop
 
 import (
-	"errors"
 	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // TestReusedBufferForgetsEarlierDeadline: a sleep applies the connection's deadline to
@@ -17,9 +22,8 @@ func TestReusedBufferForgetsEarlierDeadline(t *testing.T) {
 	a, as := pipe(t, cfg, cfg)
 	for _, c := range []*Conn{a, as} {
 		c.SetReadDeadline(time.Now().Add(time.Millisecond))
-		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("Read past the deadline: %v", err)
-		}
+		_, err := c.Read(make([]byte, 1))
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded, "Read past the deadline")
 	}
 	a.Close()
 	as.Close()
@@ -28,26 +32,95 @@ func TestReusedBufferForgetsEarlierDeadline(t *testing.T) {
 	b, bs := pipe(t, cfg, cfg)
 	defer b.Close()
 	defer bs.Close()
-	if got := ProcessStatistics().Buffers; got.RMBReuse-before.RMBReuse != 2 {
-		t.Fatalf("%d DMBs reused by the second connection, want 2", got.RMBReuse-before.RMBReuse)
-	}
+	require.EqualValues(t, 2, ProcessStatistics().Buffers.RMBReuse-before.RMBReuse, "DMBs reused by the second connection")
 	done := make(chan error, 1)
 	var buf [5]byte
 	go func() { _, err := io.ReadFull(b, buf[:]); done <- err }()
-	for end := time.Now().Add(10 * time.Second); b.Stats().Sleeps == 0; {
-		if time.Now().After(end) {
-			t.Fatal("the Read never slept")
+	waitAsleep(t, b)
+	time.Sleep(20 * time.Millisecond) // not a synchronisation: the time a stale deadline would have to show as spinning
+	_, err := bs.Write([]byte("hello"))
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	assert.Equal(t, "hello", string(buf[:]))
+	assert.LessOrEqual(t, b.Stats().Sleeps, uint64(2), "sleeps of the Read for one message (a stale deadline on the reused doorbell)")
+}
+
+// TestStaleBackendDeadlineReplaced is the same rule on the fake backend, exactly: a
+// doorbell that still carries an earlier connection's deadline (long past) gets the
+// connection's own (none) before the first sleep, so the Read sleeps once.
+func TestStaleBackendDeadlineReplaced(t *testing.T) {
+	a, b, _, be := fakePipe(t, Config{}, Config{BusyPoll: -1})
+	defer a.Close()
+	defer b.Close()
+	require.NoError(t, be.SetDeadline(datapath.Reader, time.Now().Add(-time.Hour)))
+	buf := make([]byte, 5)
+	rd := goReadInto(b, buf)
+	be.AwaitWait(datapath.Reader)
+	_, err := a.Write([]byte("hello"))
+	require.NoError(t, err)
+	r := await(t, rd, "the Read")
+	require.NoError(t, r.err)
+	assert.Equal(t, "hello", string(buf[:r.n]))
+	assert.EqualValues(t, 1, be.Counters().Sleeps)
+}
+
+// TestDeadlines: the deadline semantics of net.Conn, decided by the core, on every
+// backend. A deadline in the past fails Reads and Writes at once with a timeout; one set
+// while a Read or a Write sleeps wakes it; one moved later lets the sleep go on; a full
+// ring makes a Write return what fitted.
+func TestDeadlines(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, pipe pairFunc) {
+		cfg := Config{BusyPoll: -1}
+		a, b := pipe(t, cfg, cfg)
+		defer a.Close()
+		defer b.Close()
+		timeout := func(err error) {
+			t.Helper()
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			var ne net.Error
+			require.ErrorAs(t, err, &ne)
+			assert.True(t, ne.Timeout(), "Timeout()")
 		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	time.Sleep(20 * time.Millisecond) // long enough for a stale deadline to show as spinning
-	if _, err := bs.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil || string(buf[:]) != "hello" {
-		t.Fatalf("Read %q, %v", buf[:], err)
-	}
-	if s := b.Stats().Sleeps; s > 2 {
-		t.Fatalf("the Read slept %d times for one message, want 1 (a stale deadline on the reused doorbell)", s)
-	}
+
+		// Past: at once, on an empty ring.
+		require.NoError(t, a.SetReadDeadline(time.Now().Add(-time.Second)))
+		n, err := a.Read(make([]byte, 1))
+		assert.Zero(t, n)
+		timeout(err)
+
+		// Set while the Read sleeps: it wakes.
+		require.NoError(t, a.SetReadDeadline(time.Time{}))
+		rd := goReadInto(a, make([]byte, 1))
+		awaitSleep(t, a, datapath.Reader)
+		require.NoError(t, a.SetReadDeadline(time.Now()))
+		timeout(await(t, rd, "the Read whose deadline came").err)
+
+		// Moved later while the Read sleeps: it keeps sleeping and gets the data.
+		require.NoError(t, a.SetReadDeadline(time.Now().Add(time.Hour)))
+		buf := make([]byte, 4)
+		rd = goReadInto(a, buf)
+		awaitSleep(t, a, datapath.Reader)
+		require.NoError(t, a.SetReadDeadline(time.Now().Add(2*time.Hour)))
+		_, err = b.Write([]byte("data"))
+		require.NoError(t, err)
+		r := await(t, rd, "the Read whose deadline moved")
+		require.NoError(t, r.err)
+		assert.Equal(t, "data", string(buf[:r.n]))
+
+		// A Write to a full ring returns what fitted when its deadline comes.
+		require.NoError(t, b.SetWriteDeadline(time.Now().Add(time.Hour)))
+		wr := goWrite(b, make([]byte, b.txSize+100))
+		awaitSleep(t, b, datapath.Writer)
+		require.NoError(t, b.SetWriteDeadline(time.Now()))
+		w := await(t, wr, "the Write whose deadline came")
+		timeout(w.err)
+		assert.Equal(t, b.txSize, w.n, "bytes written before the deadline")
+
+		// Past: a Write fails at once, even with room.
+		_, err = io.ReadFull(a, make([]byte, b.txSize))
+		require.NoError(t, err)
+		n, err = b.Write([]byte("x"))
+		assert.Zero(t, n)
+		timeout(err)
+	})
 }

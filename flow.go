@@ -41,12 +41,12 @@ type flushState struct {
 //
 //  1. Nothing pending: nothing to do.
 //  2. The send space is full: publish, whatever holds the data back, so the peer can
-//     drain it (TCP_CORK and MSG_MORE wait at most until the buffer fills; the kernel's
-//     2022 semantics, no timer).
+//     drain it (TCP_CORK and MSG_MORE wait at most until the buffer fills, as in the
+//     kernel's smc_tx_sendmsg; no timer).
 //  3. Mid-write: publish each completed autosplit segment (the receiver copies out while
 //     the sender still copies in); otherwise keep copying.
 //  4. A write that ended while corked, or that carried "more is coming", waits for the
-//     uncork or for a later write without "more" (seed 000: no timer).
+//     uncork or for a later write without "more" (no timer).
 //  5. Autocorking: while the peer has not consumed the previous push — it still has
 //     several times as much published data to work through as would be held back — a small
 //     amount (up to the corking size) waits to go out with what follows; the push
@@ -54,7 +54,7 @@ type flushState struct {
 //     message always finds the peer caught up, so it never waits; and the peer is never
 //     left idle while bytes are held for it.
 //     Only small writes are held (below autocorkMaxWrite): for larger ones a push costs
-//     little next to the copy, and holding them measured slower (seed 001 table).
+//     little next to the copy, and holding them costs more than it saves.
 //  6. Otherwise publish.
 func flushDecision(s flushState) (bool, flushReason) {
 	switch {
@@ -77,9 +77,9 @@ func flushDecision(s flushState) (bool, flushReason) {
 	return true, pushEnd
 }
 
-// autocorkMaxWrite is the smallest write autocorking never holds. Measured with
-// `smcloop bench --preset autocork`: holding gains for writes up to a few hundred bytes
-// and loses from 512 B on, where a publication costs little next to the copy.
+// autocorkMaxWrite is the smallest write autocorking never holds: from this size on a
+// publication costs little next to the copy, so holding the write gains nothing
+// (docs/HISTORY.md, "Connection core").
 const autocorkMaxWrite = 512
 
 // splitSize returns the autosplit segment size for a write of n bytes: writes of at least

@@ -1,6 +1,10 @@
 package smcloop
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
 
 func TestFlushDecision(t *testing.T) {
 	cases := []struct {
@@ -30,9 +34,8 @@ func TestFlushDecision(t *testing.T) {
 	}
 	for _, tc := range cases {
 		push, why := flushDecision(tc.s)
-		if push != tc.push || why != tc.why {
-			t.Errorf("%s: %+v -> %v %v, want %v %v", tc.name, tc.s, push, why, tc.push, tc.why)
-		}
+		assert.Equal(t, tc.why, why, "%s: %+v", tc.name, tc.s)
+		assert.Equal(t, tc.push, push, "%s: %+v", tc.name, tc.s)
 	}
 }
 
@@ -44,20 +47,12 @@ func TestSplitAndCorkingSizes(t *testing.T) {
 		{1 << 20, 128 << 10, 128 << 10},
 		{1 << 20, 0, 0},
 	} {
-		if got := splitSize(tc.n, tc.split); got != tc.want {
-			t.Errorf("splitSize(%d, %d) = %d, want %d", tc.n, tc.split, got, tc.want)
-		}
+		assert.Equal(t, tc.want, splitSize(tc.n, tc.split), "splitSize(%d, %d)", tc.n, tc.split)
 	}
-	if got := corkingSize(65504, 64<<10); got != 32752 {
-		t.Errorf("corkingSize = %d, want half the send space", got)
-	}
-	if got := corkingSize(1<<20, 64<<10); got != 64<<10 {
-		t.Errorf("corkingSize = %d, want AutocorkSize", got)
-	}
+	assert.Equal(t, 32752, corkingSize(65504, 64<<10), "corkingSize: half the send space")
+	assert.Equal(t, 64<<10, corkingSize(1<<20, 64<<10), "corkingSize: AutocorkSize")
 	for _, tc := range []struct{ rmb, want int }{{16352, 1635}, {65504, 2304}, {1<<20 - 32, 2304}} {
-		if got := updateLimit(tc.rmb); got != tc.want {
-			t.Errorf("updateLimit(%d) = %d, want %d", tc.rmb, got, tc.want)
-		}
+		assert.Equal(t, tc.want, updateLimit(tc.rmb), "updateLimit(%d)", tc.rmb)
 	}
 }
 
@@ -82,8 +77,6 @@ func TestWindowUpdate(t *testing.T) {
 		{"draining with nothing consumed", windowState{limit: lim, senderFree: rmb, rmbLen: rmb, draining: true}, false},
 	}
 	for _, tc := range cases {
-		if got := windowUpdate(tc.s); got != tc.want {
-			t.Errorf("%s: %+v -> %v, want %v", tc.name, tc.s, got, tc.want)
-		}
+		assert.Equal(t, tc.want, windowUpdate(tc.s), "%s: %+v", tc.name, tc.s)
 	}
 }

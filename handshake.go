@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/internal/peercred"
 )
 
@@ -186,21 +187,13 @@ func plainConn(tcp net.Conn, cfg *settings, network string, reason uint32) *Conn
 }
 
 // established builds the SMC connection over the backend a handshake set up: the part of
-// smc_connect_ism and smc_listen_ism_finish every backend shares. rxSize and txSize are
-// the data rings' sizes; rmbSize and peerRMBSize the buffers' as the backend counts them
-// (Stats).
-func (h *handshake) established(l link, rxSize, txSize, rmbSize, peerRMBSize int) *Conn {
+// smc_connect_ism and smc_listen_ism_finish every backend shares. The connection's errors
+// name the network the caller gave.
+func (h *handshake) established(b datapath.Backend) *Conn {
 	h.tcp.SetDeadline(time.Time{})
 	h.tcp.pending = h.rd.leftover() // the monitor reports any as a protocol violation
-	c := &Conn{
-		tcp: h.tcp, cfg: h.cfg, net: h.network, smc: true, link: l,
-		state:  StateActive,
-		rxSize: rxSize, txSize: txSize,
-		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
-		server: h.side == "server",
-	}
-	c.meter.rmbSize, c.meter.peerRMBSize = rmbSize, peerRMBSize
-	c.initWindow()
+	c := newBackendConn(h.tcp, h.cfg, b, h.side == "server")
+	c.net = h.network
 	if n := len(h.tcp.pending); n > 0 {
 		// The peer sent more after its last CLC message: nothing may follow it on TCP.
 		c.abort(fmt.Errorf("%d unexpected bytes on the CLC socket of an established SMC connection", n))

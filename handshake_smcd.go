@@ -62,9 +62,7 @@ func (h *handshake) establishedISM() (*Conn, error) {
 	if err != nil {
 		return nil, h.fail("building the SMC-D link", err)
 	}
-	l.Init()
-	size := s.dmb.Size()
-	return h.established(l, size-cdc.AreaSize, s.peerSize-cdc.AreaSize, size, s.peerSize), nil
+	return h.established(l), nil
 }
 
 // registerDMB gets the local receive buffer from the link group (reused or newly

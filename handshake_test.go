@@ -435,7 +435,7 @@ func TestServerDMBLingersAfterFailedAccept(t *testing.T) {
 	a, b := dialAccept(t, ln, Config{})
 	require.True(t, a.UsingSMC(), "second connection, client: %s", a.Mode())
 	require.True(t, b.UsingSMC(), "second connection, server: %s", b.Mode())
-	if tok := b.link.(*smcd.Link).RxToken(); tok == acc.Token {
+	if tok := b.backend.(*smcd.Link).RxToken(); tok == acc.Token {
 		t.Fatalf("the server gave the next connection DMB %#x, whose token the failed handshake's client holds", tok)
 	}
 	exchange(t, a, b)

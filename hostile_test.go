@@ -19,7 +19,7 @@ import (
 
 // localArea is the CDC area of c's own DMB, which only c's peer may write: writing it
 // from a test plays a hostile peer.
-func localArea(c *Conn) cdc.Area { return c.link.(*smcd.Link).LocalArea() }
+func localArea(c *Conn) cdc.Area { return c.backend.(*smcd.Link).LocalArea() }
 
 // echo copies everything c reads back to it until EOF or error, then closes it.
 func echo(c *Conn) {

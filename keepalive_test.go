@@ -4,6 +4,8 @@ import (
 	"net"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -11,14 +13,11 @@ import (
 func keepAliveOn(t *testing.T, c *Conn) bool {
 	t.Helper()
 	rc, err := c.tcp.Conn.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var v int
 	var serr error
-	if err := rc.Control(func(fd uintptr) { v, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE) }); err != nil || serr != nil {
-		t.Fatal(err, serr)
-	}
+	require.NoError(t, rc.Control(func(fd uintptr) { v, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE) }))
+	require.NoError(t, serr)
 	return v != 0
 }
 
@@ -26,30 +25,24 @@ func keepAliveOn(t *testing.T, c *Conn) bool {
 // applies to connections over TCP; an SMC connection's TCP connection has none.
 func TestKeepAliveOnlyOnFallback(t *testing.T) {
 	ln, err := Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	c, s := dialAccept(t, ln, Config{})
-	if !c.UsingSMC() || keepAliveOn(t, c) || keepAliveOn(t, s) {
-		t.Fatalf("SMC connection: smc %v, keep-alive client %v server %v", c.UsingSMC(), keepAliveOn(t, c), keepAliveOn(t, s))
-	}
+	require.True(t, c.UsingSMC())
+	assert.False(t, keepAliveOn(t, c), "keep-alive on the SMC client's TCP connection")
+	assert.False(t, keepAliveOn(t, s), "keep-alive on the SMC server's TCP connection")
 
 	// A plain client of the smcloop listener gets the listener's default keep-alive.
 	pc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer pc.Close()
-	if ps := acceptOne(t, ln); ps.UsingSMC() || !keepAliveOn(t, ps) {
-		t.Fatalf("plain client's connection: smc %v, keep-alive %v", ps.UsingSMC(), keepAliveOn(t, ps))
-	}
+	ps := acceptOne(t, ln)
+	require.False(t, ps.UsingSMC())
+	assert.True(t, keepAliveOn(t, ps), "keep-alive on a plain client's connection")
 
 	// An smcloop client of a plain server gets the dialer's keep-alive, default or off.
 	plain, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer plain.Close()
 	for _, tc := range []struct {
 		idle int
@@ -61,12 +54,9 @@ func TestKeepAliveOnlyOnFallback(t *testing.T) {
 			d.NetDialer.KeepAlive = 0
 		}
 		fc, err := d.Dial("tcp", plain.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fc.UsingSMC() || keepAliveOn(t, fc) != tc.want {
-			t.Fatalf("KeepAlive %d to a plain server: smc %v keep-alive %v, want %v", tc.idle, fc.UsingSMC(), keepAliveOn(t, fc), tc.want)
-		}
+		require.NoError(t, err)
+		require.False(t, fc.UsingSMC())
+		assert.Equal(t, tc.want, keepAliveOn(t, fc), "keep-alive with KeepAlive %d to a plain server", tc.idle)
 		fc.Close()
 	}
 }

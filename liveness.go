@@ -2,14 +2,10 @@ package smcloop
 
 import (
 	"errors"
-	"fmt"
-	"os"
 	"sync"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // The TCP connection of an SMC connection is its liveness channel (ARCHITECTURE.md,
@@ -37,190 +33,9 @@ import (
 // which waits up to twice ism's 5 s exchange timeout for a device that does not answer),
 // goes to the watcher's terminator goroutines (groupWork).
 
-// watcher is the process's liveness watcher.
-type watcher struct {
-	once sync.Once
-	ep   *os.File // the epoll instance, on Go's poller
-	rc   syscall.RawConn
-	err  error
-
-	mu    sync.Mutex
-	slots []watchSlot // by index; an event carries index and generation
-	free  []uint32
-	dead  bool // the loop ended on an error: new connections get a monitor
-
-	work groupWork // link group terminations that may wait for a peer's device
-}
-
-type watchSlot struct {
-	c   *Conn
-	gen uint32
-}
-
-var liveness watcher
-
-func (w *watcher) start() error {
-	w.once.Do(func() {
-		fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-		if err != nil {
-			w.err = fmt.Errorf("smcloop: liveness watcher: %w", os.NewSyscallError("epoll_create1", err))
-			return
-		}
-		// Non-blocking, so that os.NewFile puts it on Go's poller: an epoll instance is
-		// readable while it has events.
-		if err := unix.SetNonblock(fd, true); err != nil {
-			unix.Close(fd)
-			w.err = fmt.Errorf("smcloop: liveness watcher: %w", os.NewSyscallError("fcntl", err))
-			return
-		}
-		w.ep = os.NewFile(uintptr(fd), "smcloop-liveness")
-		if w.rc, err = w.ep.SyscallConn(); err != nil {
-			w.ep.Close()
-			w.err = fmt.Errorf("smcloop: liveness watcher: %w", err)
-			return
-		}
-		go w.loop()
-	})
-	return w.err
-}
-
-// add watches c's TCP socket. The caller holds c.watchMu, which an event for c waits for.
-func (w *watcher) add(c *Conn) error {
-	if err := w.start(); err != nil {
-		return err
-	}
-	sc, ok := c.tcp.Conn.(syscall.Conn)
-	if !ok {
-		return errors.New("not a socket")
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	if w.dead {
-		w.mu.Unlock()
-		return errors.New("smcloop: liveness watcher stopped")
-	}
-	var i uint32
-	if n := len(w.free); n > 0 {
-		i, w.free = w.free[n-1], w.free[:n-1]
-	} else {
-		i = uint32(len(w.slots))
-		w.slots = append(w.slots, watchSlot{})
-	}
-	w.slots[i].c = c
-	w.slots[i].gen++
-	gen := w.slots[i].gen
-	w.mu.Unlock()
-	c.watchIdx, c.watchGen = i, gen
-
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(i), Pad: int32(gen)}
-	var cerr error
-	if err = rc.Control(func(fd uintptr) {
-		cerr = w.ctl(unix.EPOLL_CTL_ADD, int(fd), &ev)
-	}); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		w.release(i, gen)
-		return err
-	}
-	return nil
-}
-
-func (w *watcher) ctl(op, fd int, ev *unix.EpollEvent) error {
-	var err error
-	if cerr := w.rc.Control(func(ep uintptr) { err = unix.EpollCtl(int(ep), op, fd, ev) }); cerr != nil {
-		return cerr
-	}
-	if err != nil {
-		return os.NewSyscallError("epoll_ctl", err)
-	}
-	return nil
-}
-
-// release frees slot i if it still holds generation gen.
-func (w *watcher) release(i, gen uint32) {
-	w.mu.Lock()
-	if int(i) < len(w.slots) && w.slots[i].gen == gen && w.slots[i].c != nil {
-		w.slots[i].c = nil
-		w.free = append(w.free, i)
-	}
-	w.mu.Unlock()
-}
-
-// watching returns how many connections are watched now.
-func (w *watcher) watching() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.slots) - len(w.free)
-}
-
-// lookup returns the connection an event is for, or nil if it is no longer watched.
-func (w *watcher) lookup(i, gen uint32) *Conn {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if int(i) < len(w.slots) && w.slots[i].gen == gen {
-		return w.slots[i].c
-	}
-	return nil
-}
-
-// loop waits for the epoll instance to have events and handles them, for the life of
-// the process.
-func (w *watcher) loop() {
-	events := make([]unix.EpollEvent, 128)
-	w.rc.Read(func(ep uintptr) bool {
-		for {
-			n, err := unix.EpollWait(int(ep), events, 0)
-			switch {
-			case errors.Is(err, unix.EINTR):
-				continue
-			case err != nil:
-				return true // cannot happen on a valid instance
-			case n == 0:
-				return false // wait until the instance has events again
-			}
-			for _, ev := range events[:n] {
-				w.handle(uint32(ev.Fd), uint32(ev.Pad), ev.Events)
-			}
-		}
-	})
-	// Only a broken epoll instance ends the loop. Connections already watched keep
-	// their liveness through the ISM device (a dead peer process drops its link group);
-	// new ones get a monitor goroutine each.
-	w.mu.Lock()
-	w.dead = true
-	w.mu.Unlock()
-}
-
-// handle acts on one event: the TCP connection's end (the peer closed it, or its process
-// died), or bytes on it, which nothing may send after the handshake.
-func (w *watcher) handle(i, gen, events uint32) {
-	c := w.lookup(i, gen)
-	if c == nil {
-		return
-	}
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	if c.unwatched {
-		return
-	}
-	switch {
-	case events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0:
-		c.peerTCPEvent(0)
-	case events&unix.EPOLLIN != 0:
-		c.peerTCPEvent(1)
-	default:
-		return // not the end: keep watching
-	}
-	c.unwatched = true
-	w.release(i, gen)
-}
-
-// monitorOnly makes every connection use a monitor goroutine (for tests of that path).
-var monitorOnly bool
+// The watcher itself (type watcher: add, release, watching) is per OS: epoll on Linux
+// (liveness_linux.go); elsewhere there is none (liveness_other.go) and every watched
+// connection gets a monitor, though there no SMC connection is ever established.
 
 // ensureWatched puts the connection under the liveness watch if it is not yet. A wait
 // calls it before it sleeps, after announcing the sleep: the watch matters only to a
@@ -238,7 +53,7 @@ func (c *Conn) ensureWatched() {
 	if c.watchStarted.Swap(true) || c.unwatched {
 		return // started meanwhile, or Close came first
 	}
-	if !monitorOnly && liveness.add(c) == nil {
+	if (c.testHooks == nil || !c.testHooks.monitorOnly) && liveness.add(c) == nil {
 		c.watched = true
 		return
 	}
@@ -284,18 +99,17 @@ func (c *Conn) peerTCPEvent(n int) {
 	if !c.closed.Load() {
 		// The peer closes its TCP connection only after publishing its close or abort
 		// flag; without one, its process is gone, and so is the link group.
-		_, _, cf := cdc.UnpackWord(c.link.LoadPeerCons())
-		lost = cf&(cdc.PeerConnClosed|cdc.PeerConnAbort) == 0
+		lost = c.backend.PeerCons().ConnFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) == 0
 	}
 	switch {
 	case violated:
 		// Both on a terminator, Violation first: PeerLost would end the link group
 		// silently, and the peer's device would not hear of the violation.
-		liveness.work.add(c.link, lost)
+		liveness.work.add(c.backend, lost)
 	case lost:
-		c.link.PeerLost() // releases local resources only
+		c.backend.PeerLost() // releases local resources only
 	}
-	c.link.WakeLocal()
+	c.backend.WakeLocal()
 }
 
 // maxGroupWorkers bounds the goroutines that terminate link groups for the watcher. Each
@@ -316,11 +130,11 @@ type groupWork struct {
 // groupTask is a connection's link after a protocol violation: Violation, then PeerLost
 // if the peer had published no close flag either.
 type groupTask struct {
-	l    link
+	l    datapath.Backend
 	lost bool
 }
 
-func (w *groupWork) add(l link, lost bool) {
+func (w *groupWork) add(l datapath.Backend, lost bool) {
 	w.mu.Lock()
 	w.queue = append(w.queue, groupTask{l, lost})
 	start := w.workers < maxGroupWorkers

@@ -1,7 +1,6 @@
 package smcloop
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // TestLiveness: the TCP connection is the liveness channel, watched by the process's
@@ -21,8 +22,12 @@ import (
 func TestLiveness(t *testing.T) {
 	for _, monitor := range []bool{false, true} {
 		t.Run(fmt.Sprintf("monitor=%v", monitor), func(t *testing.T) {
-			defer func(m bool) { monitorOnly = m }(monitorOnly)
-			monitorOnly = monitor
+			hooks := &connTestHooks{monitorOnly: monitor}
+			pipe := func(t testing.TB, dcfg, lcfg Config) (*Conn, *Conn) {
+				c, s := pipe(t, dcfg, lcfg)
+				c.testHooks, s.testHooks = hooks, hooks
+				return c, s
+			}
 			before := liveness.watching()
 			readErr := func(c *Conn) <-chan error {
 				errc := make(chan error, 1)
@@ -36,10 +41,8 @@ func TestLiveness(t *testing.T) {
 				t.Helper()
 				select {
 				case err := <-errc:
-					if !errors.Is(err, want) {
-						t.Fatalf("Read %s: %v, want %v", what, err, want)
-					}
-				case <-time.After(10 * time.Second):
+					require.ErrorIs(t, err, want, "Read %s", what)
+				case <-time.After(watchdog):
 					t.Fatalf("blocked Read not woken %s", what)
 				}
 			}
@@ -47,22 +50,19 @@ func TestLiveness(t *testing.T) {
 				t.Helper()
 				c.watchMu.Lock()
 				defer c.watchMu.Unlock()
-				if c.watched == monitor || (c.monitorDone != nil) != monitor {
-					t.Fatalf("watched by the watcher: %v, by a monitor: %v; want monitor=%v", c.watched, c.monitorDone != nil, monitor)
-				}
+				assert.Equal(t, !monitor, c.watched, "watched by the watcher")
+				assert.Equal(t, monitor, c.monitorDone != nil, "watched by a monitor")
 			}
 
 			// A connection whose operations never sleep is never watched.
 			c, s := pipe(t, Config{}, Config{})
-			if _, err := s.Write([]byte("x")); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
-				t.Fatal(err)
-			}
-			if c.watchStarted.Load() || s.watchStarted.Load() || c.Stats().Sleeps != 0 {
-				t.Fatalf("watch started without a sleep (client %v, server %v, sleeps %d)", c.watchStarted.Load(), s.watchStarted.Load(), c.Stats().Sleeps)
-			}
+			_, err := s.Write([]byte("x"))
+			require.NoError(t, err)
+			_, err = io.ReadFull(c, make([]byte, 1))
+			require.NoError(t, err)
+			require.Zero(t, c.Stats().Sleeps)
+			assert.False(t, c.watchStarted.Load(), "the client's watch started without a sleep")
+			assert.False(t, s.watchStarted.Load(), "the server's watch started without a sleep")
 			c.Close()
 			s.Close()
 
@@ -87,16 +87,13 @@ func TestLiveness(t *testing.T) {
 			// Bytes on the TCP connection after the handshake: the connection aborts.
 			c, s = pipe(t, Config{BusyPoll: -1}, Config{})
 			errc = readErr(c)
-			if _, err := s.tcp.Conn.Write([]byte{0x42}); err != nil {
-				t.Fatal(err)
-			}
+			_, err = s.tcp.Conn.Write([]byte{0x42})
+			require.NoError(t, err)
 			expect("after bytes on the CLC socket", errc, ErrProtocol)
 			c.Close()
 			s.Close()
 
-			if after := liveness.watching(); after != before {
-				t.Fatalf("watched connections: %d after closing all, %d before", after, before)
-			}
+			assert.Equal(t, before, liveness.watching(), "watched connections after closing all")
 		})
 	}
 }
@@ -132,7 +129,7 @@ func waitAsleep(t *testing.T, c *Conn) {
 // stallingLink is a link whose Violation waits until release is closed, as terminating
 // a link group waits for a peer device that never answers the SHUTDOWN event.
 type stallingLink struct {
-	link
+	datapath.Backend
 	entered  chan struct{} // closed when Violation starts
 	release  chan struct{}
 	lost     chan struct{} // closed when PeerLost starts
@@ -140,8 +137,8 @@ type stallingLink struct {
 	nLost    atomic.Int32
 }
 
-func newStallingLink(l link) *stallingLink {
-	return &stallingLink{link: l, entered: make(chan struct{}), release: make(chan struct{}), lost: make(chan struct{})}
+func newStallingLink(l datapath.Backend) *stallingLink {
+	return &stallingLink{Backend: l, entered: make(chan struct{}), release: make(chan struct{}), lost: make(chan struct{})}
 }
 
 func (s *stallingLink) Violation() {
@@ -149,14 +146,14 @@ func (s *stallingLink) Violation() {
 		close(s.entered)
 	}
 	<-s.release
-	s.link.Violation()
+	s.Backend.Violation()
 }
 
 func (s *stallingLink) PeerLost() {
 	if s.nLost.Add(1) == 1 {
 		close(s.lost)
 	}
-	s.link.PeerLost()
+	s.Backend.PeerLost()
 }
 
 // TestLivenessWatcherNeverWaitsOnPeerDevice: a peer breaks the protocol on one
@@ -171,8 +168,8 @@ func TestLivenessWatcherNeverWaitsOnPeerDevice(t *testing.T) {
 	honest, honestSrv := pipe(t, Config{BusyPoll: -1}, Config{})
 	defer honest.Close()
 	defer honestSrv.Close()
-	stall := newStallingLink(hostile.link)
-	hostile.link = stall
+	stall := newStallingLink(hostile.backend)
+	hostile.backend = stall
 	released := false
 	release := func() {
 		if !released {

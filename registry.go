@@ -61,11 +61,10 @@ type regEntry struct {
 // registry entry, the buffer sizes its backend allocated (Stats), and the counters only
 // introspection reads: full buffers and the request size histograms.
 type connMeter struct {
-	entry                *regEntry // set before the connection is handed out; nil if never registered
-	rmbSize, peerRMBSize int       // set by the handshake: the receive buffers as the backend counts them
-	rxFull, txFull       atomic.Uint64
-	rxSizes              sizeHist // reads by bytes received
-	txSizes              sizeHist // writes by bytes requested
+	entry          *regEntry // set before the connection is handed out; nil if never registered
+	rxFull, txFull atomic.Uint64
+	rxSizes        sizeHist // reads by bytes received
+	txSizes        sizeHist // writes by bytes requested
 }
 
 type sizeHist [introspect.HistBuckets]atomic.Uint64
@@ -216,16 +215,15 @@ func (e *regEntry) info(pid int) (introspect.Conn, bool) {
 		ci.Side = "server"
 	}
 	c.ctlMu.Lock()
-	state, rxCons := c.state, c.ctlCons
+	state, rxCons := c.state, c.ctl.Cursor
 	c.ctlMu.Unlock()
 	ci.State = state.String()
 	if c.smc {
 		ci.Mode = c.Mode() // the backend's name
 		ci.BytesSent, ci.BytesRecv = st.SMCBytesSent, st.SMCBytesRecv
-		rxProd, _, _ := cdc.UnpackWord(c.link.LoadPeerProd())
-		txCons, _, _ := cdc.UnpackWord(c.link.LoadPeerCons())
+		rxProd, txCons := c.backend.PeerProd(), c.backend.PeerCons().Cursor
 		cur := &introspect.Cursors{RxProd: cursor(rxProd), RxCons: cursor(rxCons), TxCons: cursor(txCons)}
-		if pa, ok := c.link.(interface{ PeerArea() cdc.Area }); ok {
+		if pa, ok := c.backend.(interface{ PeerArea() cdc.Area }); ok {
 			txProd, _, _ := cdc.UnpackWord(pa.PeerArea().LoadProd())
 			cur.TxProd = cursor(txProd)
 		}

@@ -1,6 +1,11 @@
 package smcloop
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
 
 // TestSpinnerBackoff: a spin that ends in a sleep anyway makes the next 1, 3, then 7
 // waits sleep at once; a caught spin restores spinning.
@@ -16,22 +21,14 @@ func TestSpinnerBackoff(t *testing.T) {
 		}
 		return spins
 	}
-	if !s.try() {
-		t.Fatal("a new spinner does not spin")
-	}
+	require.True(t, s.try(), "a new spinner spins")
 	for _, skip := range []int{1, 3, 7, 7} {
 		s.missed()
-		if got := tries(skip); got != 0 {
-			t.Fatalf("after a miss: %d of the next %d waits spun, want none", got, skip)
-		}
-		if !s.try() {
-			t.Fatalf("after skipping %d waits the spinner does not spin", skip)
-		}
+		require.Zero(t, tries(skip), "waits of the next %d that spun after a miss", skip)
+		require.True(t, s.try(), "the spinner spins after skipping %d waits", skip)
 	}
 	s.hit()
-	if tries(3) != 3 {
-		t.Fatal("after a caught spin the spinner does not spin every wait")
-	}
+	assert.Equal(t, 3, tries(3), "after a caught spin the spinner spins every wait")
 }
 
 // TestSpinnerSeed: a new connection's spinner starts from the process's recent spins:
@@ -44,28 +41,16 @@ func TestSpinnerSeed(t *testing.T) {
 	for range 5 {
 		warm.missed()
 	}
-	if h := spinHint.Load(); h != 3 {
-		t.Fatalf("hint after 5 misses: %d, want 3", h)
-	}
+	require.EqualValues(t, 3, spinHint.Load(), "hint after 5 misses")
 	var fresh spinner
 	for i := range 7 {
-		if fresh.try() {
-			t.Fatalf("fresh spinner spun at wait %d with a missing host", i)
-		}
+		require.False(t, fresh.try(), "a fresh spinner spun at wait %d with a missing host", i)
 	}
-	if !fresh.try() {
-		t.Fatal("fresh spinner never spins")
-	}
+	require.True(t, fresh.try(), "a fresh spinner spins after 7 waits")
 	fresh.hit()
 	fresh.hit()
-	if h := spinHint.Load(); h != 1 {
-		t.Fatalf("hint after 2 caught spins: %d, want 1", h)
-	}
+	require.EqualValues(t, 1, spinHint.Load(), "hint after 2 caught spins")
 	var next spinner
-	if next.try() {
-		t.Fatal("spinner seeded with hint 1 spun at its first wait")
-	}
-	if !next.try() {
-		t.Fatal("spinner seeded with hint 1 did not spin at its second wait")
-	}
+	assert.False(t, next.try(), "a spinner seeded with hint 1 spins at its first wait")
+	assert.True(t, next.try(), "a spinner seeded with hint 1 spins at its second wait")
 }

@@ -100,16 +100,20 @@ func (c *Conn) Stats() ConnStats {
 		AutosplitSegments: c.autosplitSegments.Load(), WindowUpdates: c.windowUpdates.Load(),
 	}
 	if c.smc {
-		lc := c.link.Counters()
-		s.RingsSent, s.RingsSuppressed, s.Sleeps, s.MoveDataCalls = lc.RingsSent, lc.RingsSuppressed, lc.Sleeps, lc.MoveDataCalls
-		s.RMBSize, s.PeerRMBSize = c.meter.rmbSize, c.meter.peerRMBSize
+		lc := c.backend.Counters()
+		s.RingsSent, s.RingsSuppressed, s.Sleeps = lc.RingsSent, lc.RingsSuppressed, lc.Sleeps
+		if m, ok := c.backend.(interface{ MoveDataCalls() uint64 }); ok {
+			s.MoveDataCalls = m.MoveDataCalls()
+		}
+		lay := c.backend.Layout()
+		s.RMBSize, s.PeerRMBSize = lay.RxMemory, lay.TxMemory
 		w := &c.txw
 		s.PeerRMBElastic = w.elastic
 		s.SendWindow, s.PeerRMBCommitted = int(w.winNow.Load()), int(w.committedNow.Load())
 		s.WindowGrows, s.WindowShrinks = w.grows.Load(), w.shrinks.Load()
 		s.UnitCommits, s.UnitDecommits, s.CommitFailures = w.commits.Load(), w.decommits.Load(), w.commitFailures.Load()
 		s.ReadWaits, s.WriteWaits = c.rxWaits.snapshot(), c.txWaits.snapshot()
-		s.FutexSleeps, s.FutexWakes = lc.FutexSleeps, lc.FutexWakes
+		s.FutexSleeps, s.FutexWakes = lc.ShortSleeps, lc.ShortWakes
 	}
 	return s
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/cdc"
-	"github.com/smcloop/smcloop/ism"
 )
 
 // Elastic send windows (docs/TUNING.md, "Buffers").
@@ -16,13 +15,17 @@ import (
 // first 64 KiB and sets cdc.WakeElastic, and the writer — the side that knows the traffic
 // — manages the rest through its mapping. The writer keeps a window: how many bytes it
 // lets be in flight (written, not yet consumed). A connection starts with the ring of the
-// kernel's default 64 KiB DMB. A write that finds the window full while the ring has room
-// doubles it, up to the whole ring, so a connection that moves bulk data gets a bulk-sized
-// buffer within its first few writes; one that moves small messages never fills it.
+// first commit unit (on SMC-D the kernel's default 64 KiB DMB). A write that finds the
+// window full while the ring has room doubles it, up to the whole ring, so a connection
+// that moves bulk data gets a bulk-sized buffer within its first few writes; one that
+// moves small messages never fills it.
 //
-// Memory follows the window, in units of ism.ElasticChunk: before the writer copies into
-// a unit it commits it (allocates its pages, or fails cleanly under a memory limit), and
-// it gives units back that hold no unconsumed byte: while the window is small, the units
+// The backend describes the peer's buffer (datapath.Layout): its memory, the header
+// before the ring, and the commit unit (0 for a buffer that is not elastic).
+//
+// Memory follows the window, in commit units (SMC-D: ism.ElasticChunk): before the
+// writer copies into a unit it commits it (allocates its pages, or fails cleanly under a
+// memory limit), and it gives units back that hold no unconsumed byte: while the window is small, the units
 // behind the reader as the ring slides on (so a small connection holds two or three units
 // however long it runs), and for every window when the connection goes idle (the sweeper
 // below): the window drops back to small and everything but the units around the cursors
@@ -34,10 +37,8 @@ import (
 // ring size sent in CLC. A window is the writer's own restraint, so no peer can lie
 // about it.
 const (
-	// windowSmall is a new connection's window: the ring of a 64 KiB DMB.
-	windowSmall = ism.ElasticChunk - cdc.AreaSize
 	// smallUnits is how many units a small window keeps committed before it gives back
-	// the ones behind the reader: the CDC area's, and the two a 64 KiB window can span.
+	// the ones behind the reader: the header's, and the two a small window can span.
 	smallUnits = 3
 	slideEpoch = 100 * time.Millisecond
 	// idleSweep is how often the sweeper looks; a connection that wrote nothing for
@@ -48,12 +49,16 @@ const (
 
 // slideLimit: a small window that gives back units more often than this per slideEpoch
 // moves too fast to pay for it (a commit and a decommit per 64 KiB): it doubles instead,
-// and keeps its units until it goes idle. A variable for tests.
-var slideLimit = 4
+// and keeps its units until it goes idle (connTestHooks.slideLimit replaces it).
+const slideLimit = 4
 
 // txWindow is a connection's elastic send window; writeMu owns it.
 type txWindow struct {
 	elastic    bool
+	memory     int    // bytes of the peer's buffer (datapath.Layout.TxMemory)
+	header     int    // bytes before its ring
+	unit       int    // its commit unit; 0 if it is not elastic
+	small      int    // a new connection's window: the ring bytes of the first unit
 	win        int    // bytes allowed in flight
 	committed  uint64 // bit k: commit unit k of the peer's DMB is committed
 	slideAt    time.Time
@@ -65,25 +70,34 @@ type txWindow struct {
 	winNow, committedNow                               atomic.Int64 // for Stats, without writeMu
 }
 
-// initWindow sets up the send window once the link is up.
+// initWindow sets up the send window once the backend is up.
 func (c *Conn) initWindow() {
 	w := &c.txw
-	w.committed = 1 // the owner committed unit 0, which holds the CDC area
+	lay := c.backend.Layout()
+	w.memory, w.header, w.unit = lay.TxMemory, lay.Header, lay.TxUnit
+	w.committed = 1 // the owner committed unit 0, which holds the header
 	w.win = c.txSize
-	if c.link.TxElastic() && c.link.TxChunks() <= 64 {
+	if w.unit > 0 && w.chunks() <= 64 {
 		w.elastic = true
-		w.win = min(windowSmall, c.txSize)
+		w.small = min(w.unit-w.header, c.txSize)
+		w.win = w.small
 		elasticConns.add(c)
 	}
 	w.publish(c)
 }
 
+// chunks is how many commit units the peer's buffer has (elastic only).
+func (w *txWindow) chunks() int { return (w.memory + w.unit - 1) / w.unit }
+
+// chunk is the commit unit that holds ring offset off (elastic only).
+func (w *txWindow) chunk(off int) int { return (w.header + off) / w.unit }
+
 func (w *txWindow) publish(c *Conn) {
 	w.winNow.Store(int64(w.win))
 	if w.elastic {
-		w.committedNow.Store(int64(bits.OnesCount64(w.committed)) * ism.ElasticChunk)
+		w.committedNow.Store(int64(bits.OnesCount64(w.committed) * w.unit))
 	} else {
-		w.committedNow.Store(int64(c.txSize + cdc.AreaSize))
+		w.committedNow.Store(int64(w.memory))
 	}
 }
 
@@ -108,7 +122,8 @@ func (c *Conn) growLocked() {
 
 // unitSpan is the ring span [lo, hi) of commit unit k.
 func (c *Conn) unitSpan(k int) (lo, hi int) {
-	return max(0, k*ism.ElasticChunk-cdc.AreaSize), min(c.txSize, (k+1)*ism.ElasticChunk-cdc.AreaSize)
+	w := &c.txw
+	return max(0, k*w.unit-w.header), min(c.txSize, (k+1)*w.unit-w.header)
 }
 
 // unitsOf returns the commit units that the ring span of n bytes from ring offset off
@@ -118,12 +133,12 @@ func (c *Conn) unitsOf(off, n int) uint64 {
 		return 0
 	}
 	if n >= c.txSize {
-		return 1<<c.link.TxChunks() - 1
+		return 1<<c.txw.chunks() - 1
 	}
 	var m uint64
 	for n > 0 {
 		piece := min(n, c.txSize-off)
-		lo, hi := c.link.TxChunk(off), c.link.TxChunk(off+piece-1)
+		lo, hi := c.txw.chunk(off), c.txw.chunk(off+piece-1)
 		m |= (1<<(hi-lo+1) - 1) << lo
 		n -= piece
 		off = 0
@@ -145,16 +160,16 @@ func (c *Conn) commitLocked(n int) (int, error) {
 	if missing == 0 {
 		return n, nil
 	}
-	if w.win <= windowSmall && bits.OnesCount64(w.committed|missing) > smallUnits {
+	if w.win <= w.small && bits.OnesCount64(w.committed|missing) > smallUnits {
 		c.slideLocked(need)
 	}
 	done, pos := 0, off
 	for done < n {
-		k := c.link.TxChunk(pos)
+		k := w.chunk(pos)
 		_, hi := c.unitSpan(k)
 		piece := min(n-done, hi-pos)
 		if w.committed&(1<<k) == 0 {
-			if err := c.link.CommitTx(k); err != nil {
+			if err := c.backend.CommitTx(k); err != nil {
 				w.commitFailures.Add(1)
 				w.publish(c)
 				if done == 0 {
@@ -188,7 +203,11 @@ func (c *Conn) slideLocked(need uint64) {
 	if now := time.Now(); now.Sub(w.slideAt) > slideEpoch {
 		w.slideAt, w.slides = now, 0
 	}
-	if w.slides >= slideLimit {
+	limit := slideLimit
+	if h := c.testHooks; h != nil && h.slideLimit > 0 {
+		limit = h.slideLimit
+	}
+	if w.slides >= limit {
 		c.growLocked()
 		return
 	}
@@ -203,7 +222,7 @@ func (c *Conn) decommitLocked(keep uint64) {
 	for drop != 0 {
 		k := bits.TrailingZeros64(drop)
 		drop &^= 1 << k
-		if c.link.DecommitTx(k) == nil {
+		if c.backend.DecommitTx(k) == nil {
 			w.committed &^= 1 << k
 			w.decommits.Add(1)
 		}
@@ -234,8 +253,7 @@ func (c *Conn) sweepIdle(force bool) bool {
 			return false
 		}
 	}
-	small := min(windowSmall, c.txSize)
-	if w.win == small && bits.OnesCount64(w.committed) <= 2 {
+	if w.win == w.small && bits.OnesCount64(w.committed) <= 2 {
 		return false
 	}
 	if c.stopErr() != nil || c.zc.resvOut() {
@@ -244,8 +262,8 @@ func (c *Conn) sweepIdle(force bool) bool {
 	if _, _, err := c.refreshTx(); err != nil {
 		return false // the next Write reports it
 	}
-	w.win = small
-	c.decommitLocked(c.liveUnits() | 1<<c.link.TxChunk(int(c.txPrep.Count)))
+	w.win = w.small
+	c.decommitLocked(c.liveUnits() | 1<<w.chunk(int(c.txPrep.Count)))
 	w.shrinks.Add(1)
 	return true
 }

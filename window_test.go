@@ -17,6 +17,10 @@ import (
 
 const unit = ism.ElasticChunk
 
+// windowSmall is a new SMC-D connection's window: the ring of a 64 KiB DMB, the first
+// commit unit after the CDC area.
+const windowSmall = unit - cdc.AreaSize
+
 // pauseSweeper stops the process's sweeper from looking at connections until the test
 // ends, for tests that sweep by hand.
 func pauseSweeper(t *testing.T) {
@@ -124,7 +128,7 @@ func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
 	st = a.Stats()
 	assert.Equal(t, windowSmall, st.SendWindow)
 	// Kept: unit 0 and the unit the next write goes to (the ring is empty).
-	next := a.link.TxChunk(int(a.txPrep.Count))
+	next := a.txw.chunk(int(a.txPrep.Count))
 	wantUnits := 1
 	if next != 0 {
 		wantUnits = 2
@@ -147,10 +151,8 @@ func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
 // behind the reader.
 func TestElasticSmallWindowSlides(t *testing.T) {
 	pauseSweeper(t)
-	old := slideLimit
-	slideLimit = 1 << 30 // the rate rule would double a window that slides this fast
-	t.Cleanup(func() { slideLimit = old })
 	a, b := pipe(t, Config{}, Config{})
+	a.testHooks = &connTestHooks{slideLimit: 1 << 30} // the rate rule would double a window that slides this fast
 	defer a.Close()
 	defer b.Close()
 	const size = 3000
@@ -178,10 +180,8 @@ func TestElasticSmallWindowSlides(t *testing.T) {
 // TestElasticSlideRateGrows: a small window that slides faster than slideLimit per
 // slideEpoch stops paying for it and doubles.
 func TestElasticSlideRateGrows(t *testing.T) {
-	old := slideLimit
-	slideLimit = 2
-	t.Cleanup(func() { slideLimit = old })
 	a, b := pipe(t, Config{}, Config{})
+	a.testHooks = &connTestHooks{slideLimit: 2}
 	defer a.Close()
 	defer b.Close()
 	buf := make([]byte, 8000)
@@ -273,4 +273,57 @@ func TestElasticSweeperRunsAndStops(t *testing.T) {
 	_, inb := elasticConns.conns[b]
 	elasticConns.mu.Unlock()
 	assert.False(t, ina || inb, "closed connections leave the sweeper's set")
+}
+
+// TestWindowUpdatePublication: when a reader publishes its consumer cursor (flow.go's
+// windowUpdate), on every backend, seen from the writer's side: not for a read within
+// the update limit, nor for one beyond it while the writer has more than half the ring
+// free; at once when the writer is short of space; always for a read that empties the
+// ring.
+func TestWindowUpdatePublication(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, pipe pairFunc) {
+		cfg := Config{RMem: 64 << 10}
+		w, r := pipe(t, cfg, cfg)
+		defer w.Close()
+		defer r.Close()
+		size := r.rxSize
+		limit := updateLimit(size)
+		require.Equal(t, windowUpdateCap, limit, "a 64 KiB ring's limit is the cap")
+		confirmed := func() int { return int(w.backend.PeerCons().Cursor.Count) }
+		write := func(n int) {
+			t.Helper()
+			k, err := w.Write(pattern(n, byte(n)))
+			require.NoError(t, err)
+			require.Equal(t, n, k)
+		}
+		read := func(n int) {
+			t.Helper()
+			k, err := io.ReadFull(r, make([]byte, n))
+			require.NoError(t, err)
+			require.Equal(t, n, k)
+		}
+		updates := r.windowUpdates.Load()
+
+		write(1000)
+		read(limit / 4) // within the limit
+		assert.Zero(t, confirmed(), "published after %d of 1000 bytes", limit/4)
+		read(1000 - limit/4) // empties the ring
+		assert.Equal(t, 1000, confirmed(), "a read that empties the ring publishes")
+
+		write(2 * limit)
+		read(limit + 1) // beyond the limit, but the writer has most of the ring free
+		assert.Equal(t, 1000, confirmed(), "published while the writer had room")
+		read(limit - 1)
+		assert.Equal(t, 1000+2*limit, confirmed())
+
+		// The writer fills the ring to within a quarter: a read beyond the limit publishes.
+		base := 1000 + 2*limit
+		fill := size - size/4
+		write(fill)
+		read(limit + 1)
+		assert.Equal(t, base+limit+1, confirmed(), "the writer is short of space")
+		read(fill - limit - 1)
+		assert.Equal(t, (base+fill)%size, confirmed())
+		assert.EqualValues(t, 4, r.windowUpdates.Load()-updates, "window updates: three drains and one short of space")
+	})
 }

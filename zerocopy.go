@@ -87,7 +87,7 @@ func (c *Conn) endZeroCopy(l *Lease, r *Reservation) bool {
 	z.mu.Unlock()
 	if owed {
 		elasticConns.remove(c)
-		c.link.Close(peerDone)
+		c.backend.Close(peerDone)
 	}
 	return true
 }
@@ -249,7 +249,7 @@ func (l *Lease) Release(n int) error {
 	if !closed && n > 0 {
 		c.rxCons = c.rxCons.Add(c.rxSize, n)
 		c.rxBytes.Add(uint64(n))
-		_, pf, _ := cdc.UnpackWord(c.link.LoadPeerCons())
+		pf := c.backend.PeerCons().ProdFlags
 		c.confirm(pf, cdc.Diff(c.rxSize, c.rxCons, c.rxProd) == 0)
 	}
 	c.endZeroCopy(l, nil)
@@ -311,7 +311,7 @@ func (c *Conn) Reserve(n int) (*Reservation, error) {
 	if err != nil {
 		return nil, c.opError("reserve", err)
 	}
-	r := &Reservation{c: c, buf: c.link.TxBuf()[off : off+k : off+k]}
+	r := &Reservation{c: c, buf: c.backend.TxBuf()[off : off+k : off+k]}
 	c.zc.mu.Lock()
 	c.zc.putResv(r)
 	c.zc.mu.Unlock()

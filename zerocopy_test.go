@@ -66,17 +66,20 @@ func zcStream(t *testing.T, w, r *Conn, n int, seed uint64) {
 
 func TestZeroCopyStream(t *testing.T) {
 	const n = 16 << 20
+	fake := backends[0].pipe
 	for _, tc := range []struct {
 		name string
 		cfg  Config
+		pipe pairFunc
 	}{
-		{"smcd", Config{}},
-		{"smcd-fixed-64k", Config{RMem: 64 << 10}},
-		{"smcd-copy", Config{SendMode: SendCopy}},
-		{"fallback", Config{DisableSMC: true}},
+		{"fake", Config{RMem: 64 << 10}, fake},
+		{"smcd", Config{}, pipe},
+		{"smcd-fixed-64k", Config{RMem: 64 << 10}, pipe},
+		{"smcd-copy", Config{SendMode: SendCopy}, pipe},
+		{"fallback", Config{DisableSMC: true}, pipe},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := pipe(t, tc.cfg, tc.cfg)
+			a, b := tc.pipe(t, tc.cfg, tc.cfg)
 			defer a.Close()
 			defer b.Close()
 			require.Equal(t, tc.name != "fallback", a.UsingSMC())

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/ism"
 	"github.com/smcloop/smcloop/shm"
 	"github.com/smcloop/smcloop/smcd"
@@ -107,8 +108,8 @@ func newLinks(t testing.TB, p *pair, sizeA, sizeB int, copyA bool) *links {
 	if c.lb, err = smcd.New(p.gB, c.rxB, c.txB, false); err != nil {
 		t.Fatal(err)
 	}
-	c.la.Init()
-	c.lb.Init()
+	c.la.Start()
+	c.lb.Start()
 	t.Cleanup(func() { c.la.Close(true); c.lb.Close(true) })
 	return c
 }
@@ -123,9 +124,16 @@ func area(t testing.TB, b []byte) cdc.Area {
 	return a
 }
 
-// word is a cursor word with the given count and connection flags.
-func word(count uint32, cf cdc.ConnFlags) uint64 {
-	return cdc.PackWord(cdc.Cursor{Wrap: uint16(count >> 8), Count: count}, 0, cf)
+// cur is a cursor with the given count (and a wrap derived from it, so that both halves
+// of the packed word are exercised).
+func cur(count uint32) cdc.Cursor { return cdc.Cursor{Wrap: uint16(count >> 8), Count: count} }
+
+// word is the packed SMC-D cursor word of cur(count) with connection flags cf.
+func word(count uint32, cf cdc.ConnFlags) uint64 { return cdc.PackWord(cur(count), 0, cf) }
+
+// cons is the host-form consumer message of cur(count) with connection flags cf.
+func cons(count uint32, cf cdc.ConnFlags) datapath.Cons {
+	return datapath.Cons{Cursor: cur(count), ConnFlags: cf}
 }
 
 func dmbMappings(t testing.TB) int {

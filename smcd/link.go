@@ -7,8 +7,8 @@
 // producer and connection-state flags. The owner writes only the wake word in the
 // reserved bytes 24..31, announcing that its reader or writer is about to sleep.
 //
-// The connection core (the module root) decides what to send and when; a Link only
-// copies, publishes and signals:
+// The connection core (the module root) decides what to send and when; a Link is its
+// datapath.Backend and only copies, publishes and signals:
 //
 //   - PushProd publishes a new producer cursor (after moving the bytes in copy mode) and
 //     rings the peer's data doorbell only if the peer announced that its reader sleeps;
@@ -16,6 +16,10 @@
 //     if the peer's writer sleeps;
 //   - Announce / Retract / Wait implement the sleeper's side: announce in shared memory,
 //     re-check, then block on the DMB's bell, so a busy producer never makes a syscall.
+//
+// The core works on host-form cursors and flags; the Link converts them to and from the
+// DMB's packed 8-byte cursor words at its edge (cdc.PackWord, cdc.UnpackWord), as the
+// kernel's smcd_cdc_msg_to_host and smcd_tx_sndbuf_nonempty do.
 package smcd
 
 import (
@@ -24,23 +28,22 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/ism"
 )
 
-// Wake bits, re-exported for the core.
-const (
-	WakeReader = cdc.WakeReader
-	WakeWriter = cdc.WakeWriter
-)
+var _ datapath.Backend = (*Link)(nil)
 
-// Counters are the link's signalling statistics.
-type Counters struct {
-	RingsSent       uint64 // doorbells rung on the peer
-	RingsSuppressed uint64 // publications that needed no doorbell (peer was awake)
-	Sleeps          uint64 // times a local reader or writer blocked on a doorbell
-	MoveDataCalls   uint64 // copy mode: move_data calls
-	FutexSleeps     uint64 // short sleeps of a local reader or writer on the wake word
-	FutexWakes      uint64 // futex wake-ups sent to the peer's sleepers
+// wakeBits maps core directions to the bits of the DMB's wake word.
+func wakeBits(d datapath.Dir) uint64 {
+	var w uint64
+	if d&datapath.Reader != 0 {
+		w |= cdc.WakeReader
+	}
+	if d&datapath.Writer != 0 {
+		w |= cdc.WakeWriter
+	}
+	return w
 }
 
 // Link is the SMC-D data path of one connection.
@@ -88,9 +91,12 @@ func New(g *LinkGroup, rx *ism.DMB, tx *ism.RemoteDMB, copyMode bool) (*Link, er
 	return l, nil
 }
 
-// Init writes the CDC message type into the peer's CDC area before any cursor, as every
+// Name is the backend's name in smcss's Mode column.
+func (l *Link) Name() string { return "SMCD" }
+
+// Start writes the CDC message type into the peer's CDC area before any cursor, as every
 // SMC-D CDC message carries it.
-func (l *Link) Init() { l.txA.SetType() }
+func (l *Link) Start() { l.txA.SetType() }
 
 // RxToken is the token of the local DMB, the one the peer writes into.
 func (l *Link) RxToken() uint64 { return l.rx.Token() }
@@ -112,13 +118,15 @@ func (l *Link) TxBuf() []byte {
 // writes there and may give back what it no longer needs (DecommitTx).
 func (l *Link) TxElastic() bool { return l.txElastic }
 
-// TxChunks is how many commit units (ism.ElasticChunk bytes of the DMB) the peer's DMB
-// has; TxChunk maps a ring offset to its unit. Unit 0 holds the CDC area and is always
-// committed by the owner.
-func (l *Link) TxChunks() int { return (l.tx.Size() + ism.ElasticChunk - 1) / ism.ElasticChunk }
-
-// TxChunk is the commit unit that holds ring offset off.
-func (l *Link) TxChunk(off int) int { return (cdc.AreaSize + off) / ism.ElasticChunk }
+// Layout describes both DMBs: each starts with the CDC area, and an elastic peer DMB is
+// committed in units of ism.ElasticChunk bytes, unit 0 (with the CDC area) by its owner.
+func (l *Link) Layout() datapath.Layout {
+	lay := datapath.Layout{RxMemory: l.rx.Size(), TxMemory: l.tx.Size(), Header: cdc.AreaSize}
+	if l.txElastic {
+		lay.TxUnit = ism.ElasticChunk
+	}
+	return lay
+}
 
 // CommitTx commits the memory of commit unit k of the peer's DMB, so that writing there
 // cannot fault; see ism.RemoteDMB.Commit.
@@ -135,19 +143,27 @@ func (l *Link) DecommitTx(k int) error {
 	return l.tx.Decommit(k*ism.ElasticChunk, min(ism.ElasticChunk, l.tx.Size()-k*ism.ElasticChunk))
 }
 
-// LoadPeerProd reads the peer's producer word from the local CDC area (untrusted).
-func (l *Link) LoadPeerProd() uint64 { return l.rxA.LoadProd() }
+// PeerProd reads the peer's producer cursor from the local CDC area (untrusted). Flag
+// bytes in the producer word mean nothing and are dropped.
+func (l *Link) PeerProd() cdc.Cursor {
+	c, _, _ := cdc.UnpackWord(l.rxA.LoadProd())
+	return c
+}
 
-// LoadPeerCons reads the peer's consumer word (consumer cursor of the peer's ring plus the
+// PeerCons reads the peer's consumer word (consumer cursor of the peer's ring plus the
 // producer and connection-state flags) from the local CDC area (untrusted).
-func (l *Link) LoadPeerCons() uint64 { return l.rxA.LoadCons() }
+func (l *Link) PeerCons() datapath.Cons {
+	c, pf, cf := cdc.UnpackWord(l.rxA.LoadCons())
+	return datapath.Cons{Cursor: c, ProdFlags: pf, ConnFlags: cf}
+}
 
 // PushProd makes the n bytes at ring offset off visible to the peer and publishes the
-// producer word w. In copy mode it first moves the bytes (at most two move_data calls,
-// for the ring wrap). It rings the peer's data doorbell only if the peer's reader
-// announced sleep; the store happens before the check (both sequentially consistent), so
-// a reader that announces and then re-checks cannot miss the data.
-func (l *Link) PushProd(w uint64, off, n int) {
+// producer cursor prod (a word with zero flags). In copy mode it first moves the bytes
+// (at most two move_data calls, for the ring wrap). It rings the peer's data doorbell only
+// if the peer's reader announced sleep; the store happens before the check (both
+// sequentially consistent), so a reader that announces and then re-checks cannot miss
+// the data.
+func (l *Link) PushProd(prod cdc.Cursor, off, n int) {
 	if l.sndbuf != nil && n > 0 {
 		size := len(l.txRing)
 		first := min(n, size-off)
@@ -156,7 +172,7 @@ func (l *Link) PushProd(w uint64, off, n int) {
 			l.move(0, n-first)
 		}
 	}
-	l.txA.StoreProd(w)
+	l.txA.StoreProd(cdc.PackWord(prod, 0, 0))
 	l.signal(cdc.WakeReader)
 }
 
@@ -167,12 +183,12 @@ func (l *Link) move(off, n int) {
 	}
 }
 
-// PublishCons stores the consumer word w in the peer's CDC area and rings the peer
-// for each sleeper in wake (WakeWriter after consuming, WakeReader too for close flags)
+// PublishCons stores the consumer word of cons in the peer's CDC area and rings the peer
+// for each sleeper in wake (the writer after consuming, the reader too for close flags)
 // that announced sleep.
-func (l *Link) PublishCons(w uint64, wake uint64) {
-	l.txA.StoreCons(w)
-	l.signal(wake)
+func (l *Link) PublishCons(cons datapath.Cons, wake datapath.Dir) {
+	l.txA.StoreCons(cdc.PackWord(cons.Cursor, cons.ProdFlags, cons.ConnFlags))
+	l.signal(wakeBits(wake))
 }
 
 // signal rings the peer's doorbell for each sleeper in wake that announced sleep and
@@ -213,29 +229,30 @@ func (l *Link) ringOnce(last *atomic.Uint64, epoch uint64) bool {
 	return true
 }
 
-// Announce tells the peer that the local reader (WakeReader) or writer (WakeWriter) is
-// about to sleep, opening a new sleep epoch. The caller must re-check its condition
-// afterwards, then Wait, and Retract in any case.
-func (l *Link) Announce(bit uint64) {
+// Announce tells the peer that the local reader or writer d is about to sleep, opening a
+// new sleep epoch. The caller must re-check its condition afterwards, then Wait, and
+// Retract in any case.
+func (l *Link) Announce(d datapath.Dir) {
+	bit := wakeBits(d)
 	l.sleeping.Or(bit)
 	l.rxA.AddWake(bit | cdc.WakeEpoch)
 }
 
-// Sleeping reports whether the local reader (WakeReader) or writer (WakeWriter) has
-// announced a sleep, on the doorbell or the wake word, and not yet retracted it.
-func (l *Link) Sleeping(bit uint64) bool {
+// Sleeping reports whether the local reader or writer d has announced a sleep, on the
+// doorbell or the wake word, and not yet retracted it.
+func (l *Link) Sleeping(d datapath.Dir) bool {
+	bit := wakeBits(d)
 	return l.sleeping.Load()&(bit|bit<<cdc.FutexShift) != 0
 }
 
-// FutexSleep sleeps the local reader (WakeReader) or writer (WakeWriter) for at most d
-// on the wake word itself (futex(2)), the cheap sleep for a wait expected to be short: it
-// announces the sleep with the futex bit, re-checks ready, and sleeps until the peer's
-// next cursor update wakes the word, a local wake (WakeLocal) does, or d passes. It
-// reports whether ready() held when it returned; if not, the caller sleeps on the
-// doorbell. The peer can make it return early (a changed word, a spurious wake), never
-// late.
-func (l *Link) FutexSleep(bit uint64, ready func() bool, d time.Duration) bool {
-	fb := bit << cdc.FutexShift
+// ShortSleep sleeps the local reader or writer dir for at most d on the wake word itself
+// (futex(2)), the cheap sleep for a wait expected to be short: it announces the sleep
+// with the futex bit, re-checks ready, and sleeps until the peer's next cursor update
+// wakes the word, a local wake (WakeLocal) does, or d passes. It reports whether ready()
+// held when it returned; if not, the caller sleeps on the doorbell. The peer can make it
+// return early (a changed word, a spurious wake), never late.
+func (l *Link) ShortSleep(dir datapath.Dir, ready func() bool, d time.Duration) bool {
+	fb := wakeBits(dir) << cdc.FutexShift
 	l.sleeping.Or(fb)
 	w := l.rxA.AddWake(fb | cdc.WakeEpoch)
 	ok := ready()
@@ -261,31 +278,32 @@ func (l *Link) FutexSleep(bit uint64, ready func() bool, d time.Duration) bool {
 }
 
 // Retract withdraws an announcement.
-func (l *Link) Retract(bit uint64) {
+func (l *Link) Retract(d datapath.Dir) {
+	bit := wakeBits(d)
 	l.rxA.AndWake(^bit)
 	l.sleeping.And(^bit)
 }
 
-func (l *Link) bell(bit uint64) *ism.Bell {
-	if bit == cdc.WakeReader {
+func (l *Link) bell(d datapath.Dir) *ism.Bell {
+	if d == datapath.Reader {
 		return l.rx.Data
 	}
 	return l.rx.Space
 }
 
-// Wait blocks on the doorbell for bit until it is rung, its deadline passes
-// (os.ErrDeadlineExceeded) or the link is closed.
-func (l *Link) Wait(bit uint64) error {
+// Wait blocks on the doorbell of d (reader or writer) until it is rung, its deadline
+// passes (os.ErrDeadlineExceeded) or the link is closed.
+func (l *Link) Wait(d datapath.Dir) error {
 	l.sleeps.Add(1)
-	return l.bell(bit).Wait()
+	return l.bell(d).Wait()
 }
 
-// SetDeadline sets the deadline of the doorbell for bit (reader or writer).
-func (l *Link) SetDeadline(bit uint64, t time.Time) error {
-	if l.sleeping.Load()&(bit<<cdc.FutexShift) != 0 {
+// SetDeadline sets the deadline of the doorbell of d (reader or writer).
+func (l *Link) SetDeadline(d datapath.Dir, t time.Time) error {
+	if l.sleeping.Load()&(wakeBits(d)<<cdc.FutexShift) != 0 {
 		l.WakeLocal() // a short sleeper looks at the new deadline at once
 	}
-	return l.bell(bit).SetDeadline(t)
+	return l.bell(d).SetDeadline(t)
 }
 
 // WakeLocal rings this side's own doorbells for each local reader or writer that
@@ -311,17 +329,20 @@ func (l *Link) WakeLocal() {
 // diagnostics and for tests that play a hostile peer.
 func (l *Link) LocalArea() cdc.Area { return l.rxA }
 
-// Counters returns the signalling counters.
-func (l *Link) Counters() Counters {
-	return Counters{
+// Counters returns the signalling counters; a short sleep is one on the wake word
+// (futex).
+func (l *Link) Counters() datapath.Counters {
+	return datapath.Counters{
 		RingsSent:       l.ringsSent.Load(),
 		RingsSuppressed: l.ringsSuppressed.Load(),
 		Sleeps:          l.sleeps.Load(),
-		MoveDataCalls:   l.moves.Load(),
-		FutexSleeps:     l.futexSleeps.Load(),
-		FutexWakes:      l.futexWakes.Load(),
+		ShortSleeps:     l.futexSleeps.Load(),
+		ShortWakes:      l.futexWakes.Load(),
 	}
 }
+
+// MoveDataCalls counts the move_data calls of copy mode, SMC-D's own counter.
+func (l *Link) MoveDataCalls() uint64 { return l.moves.Load() }
 
 // PeerLost terminates the link group because the peer vanished without closing (its
 // process died): every device-level resource shared with it is released.

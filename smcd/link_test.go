@@ -8,14 +8,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/ism"
 	"github.com/smcloop/smcloop/smcd"
 )
 
+// counts are the counters these tests follow: the backend-neutral ones and SMC-D's
+// move_data calls.
+type counts struct{ RingsSent, RingsSuppressed, Sleeps, MoveDataCalls uint64 }
+
+func countsOf(l *smcd.Link) counts {
+	c := l.Counters()
+	return counts{c.RingsSent, c.RingsSuppressed, c.Sleeps, l.MoveDataCalls()}
+}
+
 // countersDelta is after - before.
-func countersDelta(before, after smcd.Counters) smcd.Counters {
-	return smcd.Counters{
+func countersDelta(before, after counts) counts {
+	return counts{
 		RingsSent:       after.RingsSent - before.RingsSent,
 		RingsSuppressed: after.RingsSuppressed - before.RingsSuppressed,
 		Sleeps:          after.Sleeps - before.Sleeps,
@@ -38,25 +50,26 @@ func TestLinkInitAndCursorWords(t *testing.T) {
 			len(c.la.RxRing()), len(c.la.TxBuf()), c.rxA.Size()-cdc.AreaSize, c.rxB.Size()-cdc.AreaSize)
 	}
 
+	// The core's host-form cursors become the DMB's packed words and back.
 	prod := word(12345, 0)
-	c.la.PushProd(prod, 0, 0)
+	c.la.PushProd(cur(12345), 0, 0)
 	if got := area(t, c.rxB.Bytes()).LoadProd(); got != prod {
 		t.Errorf("B's DMB producer word %#x, want %#x", got, prod)
 	}
-	if got := c.lb.LoadPeerProd(); got != prod {
-		t.Errorf("B.LoadPeerProd = %#x, want %#x", got, prod)
+	if got := c.lb.PeerProd(); got != cur(12345) {
+		t.Errorf("B.PeerProd = %v, want %v", got, cur(12345))
 	}
 	if got := area(t, c.rxA.Bytes()).LoadProd(); got != 0 {
 		t.Errorf("A's own DMB producer word %#x; PushProd wrote the wrong DMB", got)
 	}
 
-	cons := word(777, cdc.PeerDoneWriting)
-	c.lb.PublishCons(cons, smcd.WakeWriter)
-	if got := c.la.LoadPeerCons(); got != cons {
-		t.Errorf("A.LoadPeerCons = %#x, want %#x", got, cons)
+	consW := cdc.PackWord(cur(777), cdc.WriteBlocked, cdc.PeerDoneWriting)
+	c.lb.PublishCons(datapath.Cons{Cursor: cur(777), ProdFlags: cdc.WriteBlocked, ConnFlags: cdc.PeerDoneWriting}, datapath.Writer)
+	if got, want := c.la.PeerCons(), (datapath.Cons{Cursor: cur(777), ProdFlags: cdc.WriteBlocked, ConnFlags: cdc.PeerDoneWriting}); got != want {
+		t.Errorf("A.PeerCons = %+v, want %+v", got, want)
 	}
-	if got := c.la.LocalArea().LoadCons(); got != cons {
-		t.Errorf("A.LocalArea().LoadCons = %#x, want %#x", got, cons)
+	if got := c.la.LocalArea().LoadCons(); got != consW {
+		t.Errorf("A.LocalArea().LoadCons = %#x, want %#x", got, consW)
 	}
 	if got := area(t, c.rxB.Bytes()).LoadCons(); got != 0 {
 		t.Errorf("B's own consumer word %#x; PublishCons wrote the wrong DMB", got)
@@ -76,13 +89,13 @@ func TestAnnounceRetract(t *testing.T) {
 		want uint64
 	}{
 		{"start", func() {}, 0},
-		{"announce reader", func() { c.lb.Announce(smcd.WakeReader) }, R | 1*E},
-		{"announce writer", func() { c.lb.Announce(smcd.WakeWriter) }, R | W | 2*E},
-		{"retract reader", func() { c.lb.Retract(smcd.WakeReader) }, W | 2*E},
-		{"retract reader again", func() { c.lb.Retract(smcd.WakeReader) }, W | 2*E},
-		{"retract writer", func() { c.lb.Retract(smcd.WakeWriter) }, 2 * E},
-		{"announce reader", func() { c.lb.Announce(smcd.WakeReader) }, R | 3*E},
-		{"retract reader", func() { c.lb.Retract(smcd.WakeReader) }, 3 * E},
+		{"announce reader", func() { c.lb.Announce(datapath.Reader) }, R | 1*E},
+		{"announce writer", func() { c.lb.Announce(datapath.Writer) }, R | W | 2*E},
+		{"retract reader", func() { c.lb.Retract(datapath.Reader) }, W | 2*E},
+		{"retract reader again", func() { c.lb.Retract(datapath.Reader) }, W | 2*E},
+		{"retract writer", func() { c.lb.Retract(datapath.Writer) }, 2 * E},
+		{"announce reader", func() { c.lb.Announce(datapath.Reader) }, R | 3*E},
+		{"retract reader", func() { c.lb.Retract(datapath.Reader) }, 3 * E},
 	}
 	for _, s := range steps {
 		s.do()
@@ -104,32 +117,32 @@ func TestPushProdRingsSleepingReaderOncePerSleep(t *testing.T) {
 	dataRung := c.rxB.Data.TryConsume
 	spaceRung := c.rxB.Space.TryConsume
 	n := uint32(0)
-	push := func() { n++; c.la.PushProd(word(n, 0), 0, 0) }
+	push := func() { n++; c.la.PushProd(cur(n), 0, 0) }
 
 	steps := []struct {
 		name   string
 		do     func()
 		ring   bool // B's data doorbell rung by this step
-		counts smcd.Counters
+		counts counts
 	}{
-		{"reader awake", push, false, smcd.Counters{RingsSuppressed: 1}},
-		{"reader announces", func() { c.lb.Announce(smcd.WakeReader) }, false, smcd.Counters{}},
-		{"first push of the sleep", push, true, smcd.Counters{RingsSent: 1}},
-		{"second push, same sleep", push, false, smcd.Counters{RingsSuppressed: 1}},
-		{"third push, same sleep", push, false, smcd.Counters{RingsSuppressed: 1}},
-		{"reader retracts", func() { c.lb.Retract(smcd.WakeReader) }, false, smcd.Counters{}},
-		{"push after retract", push, false, smcd.Counters{RingsSuppressed: 1}},
-		{"reader sleeps again", func() { c.lb.Announce(smcd.WakeReader) }, false, smcd.Counters{}},
-		{"first push of the new sleep", push, true, smcd.Counters{RingsSent: 1}},
-		{"second push of the new sleep", push, false, smcd.Counters{RingsSuppressed: 1}},
-		{"reader retracts", func() { c.lb.Retract(smcd.WakeReader) }, false, smcd.Counters{}},
-		{"only the writer sleeps", func() { c.lb.Announce(smcd.WakeWriter) }, false, smcd.Counters{}},
-		{"push with only the writer asleep", push, false, smcd.Counters{RingsSuppressed: 1}},
+		{"reader awake", push, false, counts{RingsSuppressed: 1}},
+		{"reader announces", func() { c.lb.Announce(datapath.Reader) }, false, counts{}},
+		{"first push of the sleep", push, true, counts{RingsSent: 1}},
+		{"second push, same sleep", push, false, counts{RingsSuppressed: 1}},
+		{"third push, same sleep", push, false, counts{RingsSuppressed: 1}},
+		{"reader retracts", func() { c.lb.Retract(datapath.Reader) }, false, counts{}},
+		{"push after retract", push, false, counts{RingsSuppressed: 1}},
+		{"reader sleeps again", func() { c.lb.Announce(datapath.Reader) }, false, counts{}},
+		{"first push of the new sleep", push, true, counts{RingsSent: 1}},
+		{"second push of the new sleep", push, false, counts{RingsSuppressed: 1}},
+		{"reader retracts", func() { c.lb.Retract(datapath.Reader) }, false, counts{}},
+		{"only the writer sleeps", func() { c.lb.Announce(datapath.Writer) }, false, counts{}},
+		{"push with only the writer asleep", push, false, counts{RingsSuppressed: 1}},
 	}
 	for _, s := range steps {
-		before := c.la.Counters()
+		before := countsOf(c.la)
 		s.do()
-		if got := countersDelta(before, c.la.Counters()); got != s.counts {
+		if got := countersDelta(before, countsOf(c.la)); got != s.counts {
 			t.Errorf("%s: counters moved by %+v, want %+v", s.name, got, s.counts)
 		}
 		if got := dataRung(); got != s.ring {
@@ -138,8 +151,8 @@ func TestPushProdRingsSleepingReaderOncePerSleep(t *testing.T) {
 		if spaceRung() {
 			t.Errorf("%s: PushProd rang B's space doorbell", s.name)
 		}
-		if got := c.lb.LoadPeerProd(); got != word(n, 0) {
-			t.Errorf("%s: B sees producer word %#x, want %#x", s.name, got, word(n, 0))
+		if got := c.lb.PeerProd(); got != cur(n) {
+			t.Errorf("%s: B sees producer cursor %v, want %v", s.name, got, cur(n))
 		}
 	}
 	if c.rxA.Data.TryConsume() || c.rxA.Space.TryConsume() {
@@ -151,32 +164,32 @@ func TestPublishConsRingsSleepingWriterOncePerSleep(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
 	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
 	n := uint32(0)
-	publish := func(wake uint64) func() {
-		return func() { n++; c.lb.PublishCons(word(n, 0), wake) }
+	publish := func(wake datapath.Dir) func() {
+		return func() { n++; c.lb.PublishCons(cons(n, 0), wake) }
 	}
 	// B publishes its consumer cursor into A's DMB; A's writer is the sleeper.
 	steps := []struct {
 		name        string
 		do          func()
 		data, space bool // A's doorbells rung by this step
-		counts      smcd.Counters
+		counts      counts
 	}{
-		{"writer awake", publish(smcd.WakeWriter), false, false, smcd.Counters{RingsSuppressed: 1}},
-		{"writer announces", func() { c.la.Announce(smcd.WakeWriter) }, false, false, smcd.Counters{}},
-		{"first publication of the sleep", publish(smcd.WakeWriter), false, true, smcd.Counters{RingsSent: 1}},
-		{"second publication", publish(smcd.WakeWriter), false, false, smcd.Counters{RingsSuppressed: 1}},
-		{"publication that wakes nobody", publish(0), false, false, smcd.Counters{RingsSuppressed: 1}},
-		{"reader-only wake with the writer asleep", publish(smcd.WakeReader), false, false, smcd.Counters{RingsSuppressed: 1}},
-		{"writer retracts", func() { c.la.Retract(smcd.WakeWriter) }, false, false, smcd.Counters{}},
-		{"publication after retract", publish(smcd.WakeWriter), false, false, smcd.Counters{RingsSuppressed: 1}},
-		{"both sleep", func() { c.la.Announce(smcd.WakeReader); c.la.Announce(smcd.WakeWriter) }, false, false, smcd.Counters{}},
-		{"close flags wake both", publish(smcd.WakeReader | smcd.WakeWriter), true, true, smcd.Counters{RingsSent: 2}},
-		{"again, same sleeps", publish(smcd.WakeReader | smcd.WakeWriter), false, false, smcd.Counters{RingsSuppressed: 2}},
+		{"writer awake", publish(datapath.Writer), false, false, counts{RingsSuppressed: 1}},
+		{"writer announces", func() { c.la.Announce(datapath.Writer) }, false, false, counts{}},
+		{"first publication of the sleep", publish(datapath.Writer), false, true, counts{RingsSent: 1}},
+		{"second publication", publish(datapath.Writer), false, false, counts{RingsSuppressed: 1}},
+		{"publication that wakes nobody", publish(0), false, false, counts{RingsSuppressed: 1}},
+		{"reader-only wake with the writer asleep", publish(datapath.Reader), false, false, counts{RingsSuppressed: 1}},
+		{"writer retracts", func() { c.la.Retract(datapath.Writer) }, false, false, counts{}},
+		{"publication after retract", publish(datapath.Writer), false, false, counts{RingsSuppressed: 1}},
+		{"both sleep", func() { c.la.Announce(datapath.Reader); c.la.Announce(datapath.Writer) }, false, false, counts{}},
+		{"close flags wake both", publish(datapath.Reader | datapath.Writer), true, true, counts{RingsSent: 2}},
+		{"again, same sleeps", publish(datapath.Reader | datapath.Writer), false, false, counts{RingsSuppressed: 2}},
 	}
 	for _, s := range steps {
-		before := c.lb.Counters()
+		before := countsOf(c.lb)
 		s.do()
-		if got := countersDelta(before, c.lb.Counters()); got != s.counts {
+		if got := countersDelta(before, countsOf(c.lb)); got != s.counts {
 			t.Errorf("%s: counters moved by %+v, want %+v", s.name, got, s.counts)
 		}
 		if got := c.rxA.Data.TryConsume(); got != s.data {
@@ -185,8 +198,8 @@ func TestPublishConsRingsSleepingWriterOncePerSleep(t *testing.T) {
 		if got := c.rxA.Space.TryConsume(); got != s.space {
 			t.Errorf("%s: A's space doorbell rung = %v, want %v", s.name, got, s.space)
 		}
-		if got := c.la.LoadPeerCons(); got != word(n, 0) {
-			t.Errorf("%s: A sees consumer word %#x, want %#x", s.name, got, word(n, 0))
+		if got := c.la.PeerCons(); got != cons(n, 0) {
+			t.Errorf("%s: A sees consumer %+v, want %+v", s.name, got, cons(n, 0))
 		}
 	}
 }
@@ -200,7 +213,7 @@ func TestCopyModeMovesBytesOnPush(t *testing.T) {
 	if len(tx) != size {
 		t.Fatalf("copy-mode send buffer %d bytes, want the peer ring's %d", len(tx), size)
 	}
-	c.lb.Announce(smcd.WakeReader) // a non-zero wake word that a stray copy would clobber
+	c.lb.Announce(datapath.Reader) // a non-zero wake word that a stray copy would clobber
 	cdcBefore := bytes.Clone(c.rxB.Bytes()[:cdc.AreaSize])
 
 	// Writing the send buffer does not touch the peer's DMB.
@@ -208,12 +221,12 @@ func TestCopyModeMovesBytesOnPush(t *testing.T) {
 	if bytes.Contains(c.rxB.Bytes(), []byte("hello")) {
 		t.Fatal("copy mode: the send buffer is the peer's DMB")
 	}
-	before := c.la.Counters()
-	c.la.PushProd(word(11, 0), 100, 11)
+	before := countsOf(c.la)
+	c.la.PushProd(cur(11), 100, 11)
 	if got := string(ring[100:111]); got != "hello, peer" {
 		t.Fatalf("after PushProd the peer ring holds %q", got)
 	}
-	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 1 || d.RingsSent != 1 {
+	if d := countersDelta(before, countsOf(c.la)); d.MoveDataCalls != 1 || d.RingsSent != 1 {
 		t.Errorf("one span: counters moved by %+v, want 1 move_data and 1 ring", d)
 	}
 	if !c.rxB.Data.TryConsume() {
@@ -226,9 +239,9 @@ func TestCopyModeMovesBytesOnPush(t *testing.T) {
 		tx[i] = byte(i%251) + 1
 	}
 	off, n := size-100, 300
-	before = c.la.Counters()
-	c.la.PushProd(word(12, 0), off, n)
-	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 2 {
+	before = countsOf(c.la)
+	c.la.PushProd(cur(12), off, n)
+	if d := countersDelta(before, countsOf(c.la)); d.MoveDataCalls != 2 {
 		t.Errorf("wrapping span: %d move_data calls, want 2", d.MoveDataCalls)
 	}
 	if !bytes.Equal(ring[off:], tx[off:]) {
@@ -244,20 +257,20 @@ func TestCopyModeMovesBytesOnPush(t *testing.T) {
 	if !bytes.Equal(cdcAfter[:cdc.OffProd], cdcBefore[:cdc.OffProd]) || !bytes.Equal(cdcAfter[cdc.OffCons:], cdcBefore[cdc.OffCons:]) {
 		t.Errorf("the moves touched the CDC area: % x -> % x", cdcBefore, cdcAfter)
 	}
-	if got := c.lb.LoadPeerProd(); got != word(12, 0) {
-		t.Errorf("producer word %#x, want %#x", got, word(12, 0))
+	if got := c.lb.PeerProd(); got != cur(12) {
+		t.Errorf("producer cursor %v, want %v", got, cur(12))
 	}
 
 	// An empty push publishes the cursor and moves nothing.
-	before = c.la.Counters()
-	c.la.PushProd(word(13, 0), 5, 0)
-	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 0 {
+	before = countsOf(c.la)
+	c.la.PushProd(cur(13), 5, 0)
+	if d := countersDelta(before, countsOf(c.la)); d.MoveDataCalls != 0 {
 		t.Errorf("empty push: %d move_data calls", d.MoveDataCalls)
 	}
 	// A span that ends exactly at the ring's end needs one move.
-	before = c.la.Counters()
-	c.la.PushProd(word(14, 0), size-10, 10)
-	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 1 {
+	before = countsOf(c.la)
+	c.la.PushProd(cur(14), size-10, 10)
+	if d := countersDelta(before, countsOf(c.la)); d.MoveDataCalls != 1 {
 		t.Errorf("span ending at the ring's end: %d move_data calls, want 1", d.MoveDataCalls)
 	}
 }
@@ -271,13 +284,13 @@ func TestNoCopyModeWritesInPlace(t *testing.T) {
 	if string(ring[len(ring)-4:]) != "tail" {
 		t.Fatal("no-copy mode: the send buffer is not the peer's ring")
 	}
-	before := c.la.Counters()
-	c.la.PushProd(word(4, 0), len(tx)-4, 4)
-	if d := countersDelta(before, c.la.Counters()); d.MoveDataCalls != 0 {
+	before := countsOf(c.la)
+	c.la.PushProd(cur(4), len(tx)-4, 4)
+	if d := countersDelta(before, countsOf(c.la)); d.MoveDataCalls != 0 {
 		t.Errorf("no-copy PushProd made %d move_data calls", d.MoveDataCalls)
 	}
-	if got := c.lb.LoadPeerProd(); got != word(4, 0) {
-		t.Errorf("producer word %#x, want %#x", got, word(4, 0))
+	if got := c.lb.PeerProd(); got != cur(4) {
+		t.Errorf("producer cursor %v, want %v", got, cur(4))
 	}
 }
 
@@ -285,15 +298,15 @@ func TestWaitDeadlineAndWakeLocal(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
 	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
 
-	for _, bit := range []uint64{smcd.WakeReader, smcd.WakeWriter} {
+	for _, bit := range []datapath.Dir{datapath.Reader, datapath.Writer} {
 		if err := c.lb.SetDeadline(bit, time.Now().Add(-time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		before := c.lb.Counters()
+		before := countsOf(c.lb)
 		if err := c.lb.Wait(bit); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("Wait(%d) past the deadline: %v, want os.ErrDeadlineExceeded", bit, err)
 		}
-		if d := countersDelta(before, c.lb.Counters()); d.Sleeps != 1 {
+		if d := countersDelta(before, countsOf(c.lb)); d.Sleeps != 1 {
 			t.Errorf("Wait(%d) counted %d sleeps", bit, d.Sleeps)
 		}
 		if err := c.lb.SetDeadline(bit, time.Now().Add(10*time.Second)); err != nil {
@@ -307,11 +320,11 @@ func TestWaitDeadlineAndWakeLocal(t *testing.T) {
 		t.Error("WakeLocal rang with no local sleeper")
 	}
 	for _, s := range []struct {
-		bit   uint64
+		bit   datapath.Dir
 		quiet *ism.Bell // the other side's doorbell, which must stay silent
 	}{
-		{smcd.WakeReader, c.rxB.Space},
-		{smcd.WakeWriter, c.rxB.Data},
+		{datapath.Reader, c.rxB.Space},
+		{datapath.Writer, c.rxB.Data},
 	} {
 		c.lb.Announce(s.bit)
 		c.lb.WakeLocal()
@@ -328,19 +341,19 @@ func TestWaitDeadlineAndWakeLocal(t *testing.T) {
 	}
 
 	// The reader's wait ends on the writer's push; the writer's on the reader's publication.
-	c.lb.Announce(smcd.WakeReader)
-	c.la.PushProd(word(1, 0), 0, 0)
-	if err := c.lb.Wait(smcd.WakeReader); err != nil {
+	c.lb.Announce(datapath.Reader)
+	c.la.PushProd(cur(1), 0, 0)
+	if err := c.lb.Wait(datapath.Reader); err != nil {
 		t.Errorf("reader Wait after a push: %v", err)
 	}
-	c.lb.Retract(smcd.WakeReader)
-	c.la.Announce(smcd.WakeWriter)
-	c.la.SetDeadline(smcd.WakeWriter, time.Now().Add(10*time.Second))
-	c.lb.PublishCons(word(1, 0), smcd.WakeWriter)
-	if err := c.la.Wait(smcd.WakeWriter); err != nil {
+	c.lb.Retract(datapath.Reader)
+	c.la.Announce(datapath.Writer)
+	c.la.SetDeadline(datapath.Writer, time.Now().Add(10*time.Second))
+	c.lb.PublishCons(cons(1, 0), datapath.Writer)
+	if err := c.la.Wait(datapath.Writer); err != nil {
 		t.Errorf("writer Wait after a publication: %v", err)
 	}
-	c.la.Retract(smcd.WakeWriter)
+	c.la.Retract(datapath.Writer)
 }
 
 // TestWakeLocalWithPeerClearedWakeWord: the wake word sits in the local DMB, which the
@@ -350,21 +363,21 @@ func TestWaitDeadlineAndWakeLocal(t *testing.T) {
 func TestWakeLocalWithPeerClearedWakeWord(t *testing.T) {
 	p := newPair(t, ism.Config{}, ism.Config{})
 	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
-	c.lb.SetDeadline(smcd.WakeReader, time.Now().Add(2*time.Second))
-	c.lb.Announce(smcd.WakeReader)
+	c.lb.SetDeadline(datapath.Reader, time.Now().Add(2*time.Second))
+	c.lb.Announce(datapath.Reader)
 	// The peer (A) stores zero into B's wake word through its mapping of B's DMB.
 	area(t, c.txA.Bytes()).AndWake(0)
 	c.lb.WakeLocal()
-	if err := c.lb.Wait(smcd.WakeReader); err != nil {
+	if err := c.lb.Wait(datapath.Reader); err != nil {
 		t.Errorf("local reader not woken by WakeLocal after the peer cleared the wake word: %v "+
 			"(WakeLocal decides from peer-writable shared memory)", err)
 	}
-	c.lb.Retract(smcd.WakeReader)
+	c.lb.Retract(datapath.Reader)
 }
 
 // sleepUntil waits for cond the way the connection core does: announce, re-check, wait,
 // retract. A lost wake-up shows as the doorbell's deadline.
-func sleepUntil(l *smcd.Link, bit uint64, cond func() bool) error {
+func sleepUntil(l *smcd.Link, bit datapath.Dir, cond func() bool) error {
 	for !cond() {
 		l.Announce(bit)
 		if cond() {
@@ -389,8 +402,8 @@ func TestPingPongLosesNoWakeups(t *testing.T) {
 	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
 	const rounds = 20000
 	deadline := time.Now().Add(60 * time.Second)
-	c.la.SetDeadline(smcd.WakeWriter, deadline)
-	c.lb.SetDeadline(smcd.WakeReader, deadline)
+	c.la.SetDeadline(datapath.Writer, deadline)
+	c.lb.SetDeadline(datapath.Reader, deadline)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -398,9 +411,9 @@ func TestPingPongLosesNoWakeups(t *testing.T) {
 	go func() { // A: writer
 		defer wg.Done()
 		for i := uint32(1); i <= rounds; i++ {
-			c.la.PushProd(word(i, 0), 0, 0)
-			want := word(i, 0)
-			if err := sleepUntil(c.la, smcd.WakeWriter, func() bool { return c.la.LoadPeerCons() == want }); err != nil {
+			c.la.PushProd(cur(i), 0, 0)
+			want := cons(i, 0)
+			if err := sleepUntil(c.la, datapath.Writer, func() bool { return c.la.PeerCons() == want }); err != nil {
 				errs <- err
 				return
 			}
@@ -409,12 +422,11 @@ func TestPingPongLosesNoWakeups(t *testing.T) {
 	go func() { // B: reader
 		defer wg.Done()
 		for i := uint32(1); i <= rounds; i++ {
-			want := word(i, 0)
-			if err := sleepUntil(c.lb, smcd.WakeReader, func() bool { return c.lb.LoadPeerProd() == want }); err != nil {
+			if err := sleepUntil(c.lb, datapath.Reader, func() bool { return c.lb.PeerProd() == cur(i) }); err != nil {
 				errs <- err
 				return
 			}
-			c.lb.PublishCons(want, smcd.WakeWriter)
+			c.lb.PublishCons(cons(i, 0), datapath.Writer)
 		}
 	}()
 	wg.Wait()
@@ -490,4 +502,17 @@ func TestViolationAndPeerLostTerminate(t *testing.T) {
 		}
 		expectDelta(t, "PeerLost", before, smcd.BufferStats{Terminated: 2})
 	})
+}
+
+// TestLinkLayoutAndName: what the core learns of the DMBs through datapath.Backend: both
+// start with the CDC area, and a DMB that is not elastic has no commit unit.
+func TestLinkLayoutAndName(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, 32<<10, 64<<10, false)
+	assert.Equal(t, datapath.Layout{RxMemory: 32 << 10, TxMemory: 64 << 10, Header: cdc.AreaSize}, c.la.Layout())
+	assert.Equal(t, datapath.Layout{RxMemory: 64 << 10, TxMemory: 32 << 10, Header: cdc.AreaSize}, c.lb.Layout())
+	assert.Len(t, c.la.RxRing(), 32<<10-cdc.AreaSize)
+	assert.Len(t, c.la.TxBuf(), 64<<10-cdc.AreaSize)
+	assert.Equal(t, "SMCD", c.la.Name())
+	assert.NoError(t, c.la.DecommitTx(0), "unit 0 holds the CDC area: never given back, no error")
 }

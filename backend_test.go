@@ -1,0 +1,385 @@
+package smcloop
+
+import (
+	"net"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
+	"github.com/smcloop/smcloop/internal/datapath/pathtest"
+)
+
+// pairFunc makes a connected pair of established SMC connections with the dialer's and
+// the listener's configuration.
+type pairFunc func(t testing.TB, dcfg, lcfg Config) (client, server *Conn)
+
+// backends are the data paths the core's semantics tests run on, one sub-test each: the
+// in-memory fake (no shared memory, no descriptors) and SMC-D through a real listener
+// and dialer. What the core decides (corking, autosplit, window updates, the close state
+// machine, deadlines) must come out the same on both.
+var backends = []struct {
+	name string
+	pipe pairFunc
+}{
+	{"fake", func(t testing.TB, dcfg, lcfg Config) (*Conn, *Conn) {
+		c, s, _, _ := fakePipe(t, dcfg, lcfg)
+		return c, s
+	}},
+	{"smcd", pipe},
+}
+
+// forEachBackend runs f as a sub-test on every backend.
+func forEachBackend(t *testing.T, f func(t *testing.T, pipe pairFunc)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b.pipe) })
+	}
+}
+
+// fakePipe connects two connections through a pathtest pair, as the handshake would
+// connect them through SMC-D: each side's receive ring has its configuration's RMem
+// bytes, and each side's liveness connection is a net.Pipe half. It returns the fake
+// ends too, for fault injection.
+func fakePipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn, ce, se *pathtest.End) {
+	t.Helper()
+	ds, err := dcfg.resolve()
+	require.NoError(t, err)
+	ls, err := lcfg.resolve()
+	require.NoError(t, err)
+	ce, se = pathtest.Pair(ds.rmem, ls.rmem)
+	client = newBackendConn(&countingConn{Conn: ce.Liveness()}, ds, ce, false)
+	server = newBackendConn(&countingConn{Conn: se.Liveness()}, ls, se, true)
+	return client, server, ce, se
+}
+
+// fakeElasticPipe is fakePipe with elastic receive buffers of size bytes, committed in
+// units of unit bytes.
+func fakeElasticPipe(t testing.TB, size, unit int) (client, server *Conn, ce, se *pathtest.End) {
+	t.Helper()
+	cfg, err := (&Config{}).resolve()
+	require.NoError(t, err)
+	ce, se = pathtest.PairElastic(size, size, unit)
+	client = newBackendConn(&countingConn{Conn: ce.Liveness()}, cfg, ce, false)
+	server = newBackendConn(&countingConn{Conn: se.Liveness()}, cfg, se, true)
+	return client, server, ce, se
+}
+
+// awaitSleep returns once c's reader or writer (d) announced a sleep. Sleeping is set
+// before the sleeper's last re-check, so whatever the test does next either is seen by
+// that re-check or wakes the sleep.
+func awaitSleep(t testing.TB, c *Conn, d datapath.Dir) {
+	t.Helper()
+	for end := time.Now().Add(watchdog); !c.backend.Sleeping(d); runtime.Gosched() {
+		require.False(t, time.Now().After(end), "the %v never slept", d)
+	}
+}
+
+// result is what a Read or Write started on another goroutine returned.
+type result struct {
+	n   int
+	err error
+}
+
+func goReadInto(c *Conn, b []byte) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		n, err := c.Read(b)
+		ch <- result{n, err}
+	}()
+	return ch
+}
+
+func goWrite(c *Conn, b []byte) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		n, err := c.Write(b)
+		ch <- result{n, err}
+	}()
+	return ch
+}
+
+// await returns what the operation returned, failing after the watchdog.
+func await(t testing.TB, ch <-chan result, what string) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(watchdog):
+		t.Fatalf("%s never returned", what)
+		return result{}
+	}
+}
+
+func TestNettestFake(t *testing.T) {
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		a, b, _, _ := fakePipe(t, Config{}, Config{RMem: 16 << 10})
+		assert.Equal(t, "FAKE", a.Mode())
+		return a, b, func() { a.Close(); b.Close() }, nil
+	})
+}
+
+// TestFakeLostWakeupRecovered: the peer's doorbell ring for a sleeping reader is lost.
+// The reader keeps sleeping until the next publication rings it, and then reads every
+// byte published meanwhile.
+func TestFakeLostWakeupRecovered(t *testing.T) {
+	a, b, _, be := fakePipe(t, Config{}, Config{BusyPoll: -1})
+	defer a.Close()
+	defer b.Close()
+	be.LoseWakeups(datapath.Reader, 1)
+	buf := make([]byte, 8)
+	rd := goReadInto(b, buf)
+	be.AwaitWait(datapath.Reader)
+
+	_, err := a.Write([]byte("x"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, be.Lost(), "the ring for the first byte")
+	select {
+	case r := <-rd:
+		t.Fatalf("the Read returned %d, %v without a wake-up", r.n, r.err)
+	default:
+	}
+	_, err = a.Write([]byte("y")) // the next publication rings the reader, still asleep
+	require.NoError(t, err)
+	r := await(t, rd, "the Read after the second write")
+	require.NoError(t, r.err)
+	assert.Equal(t, "xy", string(buf[:r.n]))
+}
+
+// TestFakeLostWakeupBoundedByDeadline: a lost wake-up with no further publication costs a
+// reader at most its deadline, and the bytes are there for the next Read, which does not
+// sleep.
+func TestFakeLostWakeupBoundedByDeadline(t *testing.T) {
+	a, b, _, be := fakePipe(t, Config{}, Config{BusyPoll: -1})
+	defer a.Close()
+	defer b.Close()
+	be.LoseWakeups(datapath.Reader, 1)
+	buf := make([]byte, 8)
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(time.Hour)))
+	rd := goReadInto(b, buf)
+	be.AwaitWait(datapath.Reader)
+	_, err := a.Write([]byte("late"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, be.Lost())
+
+	require.NoError(t, b.SetReadDeadline(time.Now())) // the deadline comes
+	r := await(t, rd, "the Read with a lost wake-up")
+	assert.ErrorIs(t, r.err, os.ErrDeadlineExceeded)
+	var ne net.Error
+	require.ErrorAs(t, r.err, &ne)
+	assert.True(t, ne.Timeout())
+
+	require.NoError(t, b.SetReadDeadline(time.Time{}))
+	sleeps := be.Counters().Sleeps
+	n, err := b.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, "late", string(buf[:n]))
+	assert.Equal(t, sleeps, be.Counters().Sleeps, "the second Read slept")
+}
+
+// TestFakePeerCursorViolations: a peer that publishes a cursor no legal peer could (out
+// of the ring, behind the last one, more than it may) aborts that connection with
+// ErrProtocol, once: the local side gives up on the peer (Violation) and tells it
+// (peer_conn_abort), and later calls report ErrAborted.
+func TestFakePeerCursorViolations(t *testing.T) {
+	cases := []struct {
+		name   string
+		inject func(c *Conn, e *pathtest.End)
+		op     func(c *Conn) error // the operation that meets the cursor
+	}{
+		{"producer cursor out of the ring", func(c *Conn, e *pathtest.End) {
+			e.InjectProd(cdc.Cursor{Count: uint32(c.rxSize)})
+		}, readOne},
+		{"stale producer cursor", func(c *Conn, e *pathtest.End) {
+			e.InjectProd(cdc.Cursor{Count: 50}) // after 100 bytes were published and read
+		}, readOne},
+		{"producer cursor past the free space", func(c *Conn, e *pathtest.End) {
+			e.InjectProd(cdc.Cursor{Wrap: 1, Count: 101}) // a whole ring plus one byte on
+		}, readOne},
+		{"consumer cursor out of the ring", func(c *Conn, e *pathtest.End) {
+			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: uint32(c.txSize) + 1}})
+		}, writeOne},
+		{"consumer cursor past what was published", func(c *Conn, e *pathtest.End) {
+			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: 101}})
+		}, writeOne},
+		{"stale consumer cursor", func(c *Conn, e *pathtest.End) {
+			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: 10}})
+		}, writeOne},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, ae, _ := fakePipe(t, Config{}, Config{})
+			defer a.Close()
+			defer b.Close()
+			// 100 bytes each way, consumed and confirmed (a read that empties the ring
+			// publishes its consumer cursor).
+			msg := pattern(100, 1)
+			for _, p := range [][2]*Conn{{a, b}, {b, a}} {
+				_, err := p[0].Write(msg)
+				require.NoError(t, err)
+				require.Equal(t, msg, readN(t, p[1], 100))
+			}
+			a.writeMu.Lock()
+			_, _, err := a.refreshTx() // what a's next Write would see first
+			a.writeMu.Unlock()
+			require.NoError(t, err)
+			require.Equal(t, cdc.Cursor{Count: 100}, a.txCons)
+
+			tc.inject(a, ae)
+			err = tc.op(a)
+			require.ErrorIs(t, err, ErrProtocol)
+			var pe *ProtocolError
+			require.ErrorAs(t, err, &pe)
+			var ce *cdc.CursorError
+			assert.ErrorAs(t, err, &ce, "the error names the cursor")
+			assert.Equal(t, pathtest.Events{Violations: 1}, ae.Events())
+			assert.ErrorIs(t, tc.op(a), ErrAborted, "the second call")
+			assert.NotZero(t, b.backend.PeerCons().ConnFlags&cdc.PeerConnAbort, "the peer was told")
+			_, err = b.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, ErrPeerReset)
+		})
+	}
+}
+
+func readOne(c *Conn) error {
+	_, err := c.Read(make([]byte, 1))
+	return err
+}
+
+func writeOne(c *Conn) error {
+	_, err := c.Write([]byte{1})
+	return err
+}
+
+// TestFakePeerDeath: the peer's process dies (its liveness connection ends with no close
+// flag published): a Read and a Write blocked on it wake with ErrPeerGone, and the local
+// side releases what it shared with the peer (PeerLost), once.
+func TestFakePeerDeath(t *testing.T) {
+	a, b, ae, be := fakePipe(t, Config{BusyPoll: -1}, Config{})
+	defer a.Close()
+	defer b.Close()
+	rd := goReadInto(a, make([]byte, 1))
+	ae.AwaitWait(datapath.Reader)
+	wr := goWrite(a, make([]byte, a.txSize+1)) // fills the peer's ring, then waits for room
+	ae.AwaitWait(datapath.Writer)
+
+	be.Kill()
+	r := await(t, rd, "the Read on a dead peer")
+	assert.ErrorIs(t, r.err, ErrPeerGone)
+	assert.Zero(t, r.n)
+	w := await(t, wr, "the Write to a dead peer")
+	assert.ErrorIs(t, w.err, ErrPeerGone)
+	assert.Equal(t, a.txSize, w.n, "the bytes that fitted before the death")
+	assert.Equal(t, pathtest.Events{PeerLost: 1}, ae.Events())
+	_, err := a.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, ErrPeerGone, "a Read after the death")
+
+	require.NoError(t, a.Close())
+	assert.Equal(t, pathtest.Events{PeerLost: 1, Closes: 1}, ae.Events())
+}
+
+// TestFakeCloseWakesBlockedRead: Close wakes a Read blocked on an empty ring, which
+// returns net.ErrClosed, and releases the backend once.
+func TestFakeCloseWakesBlockedRead(t *testing.T) {
+	a, b, ae, _ := fakePipe(t, Config{BusyPoll: -1}, Config{})
+	defer b.Close()
+	rd := goReadInto(a, make([]byte, 1))
+	ae.AwaitWait(datapath.Reader)
+	require.NoError(t, a.Close())
+	r := await(t, rd, "the Read blocked across Close")
+	assert.ErrorIs(t, r.err, net.ErrClosed)
+	assert.Equal(t, pathtest.Events{Closes: 1}, ae.Events())
+}
+
+// TestFakeElasticWindow: the elastic send window (window.go) on a backend that checks
+// it: a bulk stream grows the window to the ring and commits every unit before writing
+// there, an idle sweep gives back all but the units around the cursors (the fake clears
+// what is given back, so a unit given back too early would show as wrong bytes), and a
+// small window slides; every byte exact and none published outside committed units.
+func TestFakeElasticWindow(t *testing.T) {
+	pauseSweeper(t)
+	const size, unit = 1 << 20, 64 << 10
+	a, b, _, be := fakeElasticPipe(t, size, unit)
+	defer a.Close()
+	defer b.Close()
+	st := a.Stats()
+	require.True(t, st.PeerRMBElastic)
+	assert.Equal(t, unit, st.SendWindow, "a new window is the first unit's ring")
+	assert.Equal(t, unit, st.PeerRMBCommitted)
+
+	streamExact(t, a, b, 8<<20, 1<<20, 2)
+	st = a.Stats()
+	assert.Equal(t, size, st.SendWindow, "a bulk stream's window is the whole ring")
+	assert.Equal(t, size, st.PeerRMBCommitted)
+	assert.EqualValues(t, 4, st.WindowGrows, "64 KiB doubles four times to 1 MiB")
+	assert.Equal(t, size/unit, be.Committed())
+	assert.EqualValues(t, size/unit-1, st.UnitCommits)
+
+	require.True(t, a.sweepIdle(true))
+	st = a.Stats()
+	assert.Equal(t, unit, st.SendWindow)
+	assert.Equal(t, be.Committed()*unit, st.PeerRMBCommitted)
+	assert.LessOrEqual(t, be.Committed(), 2, "unit 0 and the unit the next write goes to")
+
+	// Small messages that travel the ring three times: the window slides, giving back
+	// the units behind the reader.
+	a.testHooks = &connTestHooks{slideLimit: 1 << 30}
+	for i := range 3 * size / 3000 {
+		msg := pattern(3000, byte(i))
+		_, err := a.Write(msg)
+		require.NoError(t, err)
+		require.Equal(t, msg, readN(t, b, len(msg)), "message %d", i)
+		require.LessOrEqual(t, be.Committed(), smallUnits, "message %d", i)
+	}
+	st = a.Stats()
+	assert.Equal(t, unit, st.SendWindow)
+	assert.Equal(t, st.UnitCommits, st.UnitDecommits+uint64(be.Committed()-1))
+	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
+}
+
+// TestFakeCommitFailure: a commit refused (a memory limit) ends the Write with the bytes
+// that fitted in committed units and the backend's error; the peer reads exactly those,
+// and once commits succeed again the connection goes on.
+func TestFakeCommitFailure(t *testing.T) {
+	pauseSweeper(t)
+	const size, unit = 1 << 20, 64 << 10
+	a, b, ae, be := fakeElasticPipe(t, size, unit)
+	defer a.Close()
+	defer b.Close()
+	ae.FailCommits(1)
+	want := pattern(200<<10, 5)
+	n, err := a.Write(want)
+	require.ErrorIs(t, err, pathtest.ErrCommit)
+	assert.Equal(t, unit, n, "the bytes of the owner's unit")
+	assert.Equal(t, want[:unit], readN(t, b, unit))
+	assert.EqualValues(t, 1, a.Stats().CommitFailures)
+
+	n, err = a.Write(want[unit:])
+	require.NoError(t, err)
+	assert.Equal(t, len(want)-unit, n)
+	assert.Equal(t, want[unit:], readN(t, b, len(want)-unit))
+	streamExact(t, a, b, 2<<20, 200<<10, 6)
+	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
+}
+
+// TestFakeBytesOnLivenessConnection: after the handshake nothing may arrive on the
+// liveness connection; bytes there abort the connection with ErrProtocol and wake its
+// blocked Read.
+func TestFakeBytesOnLivenessConnection(t *testing.T) {
+	a, b, ae, be := fakePipe(t, Config{BusyPoll: -1}, Config{})
+	defer a.Close()
+	defer b.Close()
+	rd := goReadInto(a, make([]byte, 1))
+	ae.AwaitWait(datapath.Reader)
+	wrote := make(chan error, 1)
+	go func() { _, err := be.Liveness().Write([]byte{0x42}); wrote <- err }()
+	r := await(t, rd, "the Read after bytes on the liveness connection")
+	assert.ErrorIs(t, r.err, ErrProtocol)
+	require.NoError(t, <-wrote)
+	assert.NotZero(t, b.backend.PeerCons().ConnFlags&cdc.PeerConnAbort, "the peer was told")
+}
