@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // alignedDMB returns an 8-byte aligned byte slice of n bytes (n a multiple of 8).
@@ -21,26 +23,23 @@ func alignedDMB(n int) []byte {
 // smcdCDCMsg mirrors struct smcd_cdc_msg from net/smc/smc_cdc.h.
 type smcdCDCMsg struct {
 	typ  uint8
-	res1 [7]uint8
-	prod uint64 // union smcd_cdc_cursor
-	cons uint64 // union smcd_cdc_cursor
+	_    [7]uint8 // res1
+	prod uint64   // union smcd_cdc_cursor
+	cons uint64   // union smcd_cdc_cursor
 	res3 [8]uint8
 }
 
 func TestLayoutOffsets(t *testing.T) {
 	var m smcdCDCMsg
-	eq(t, cdc.AreaSize, int(unsafe.Sizeof(m)), "AreaSize")
-	eq(t, cdc.OffType, int(unsafe.Offsetof(m.typ)), "OffType")
-	eq(t, cdc.OffProd, int(unsafe.Offsetof(m.prod)), "OffProd")
-	eq(t, cdc.OffCons, int(unsafe.Offsetof(m.cons)), "OffCons")
-	eq(t, cdc.OffWake, int(unsafe.Offsetof(m.res3)), "OffWake")
-	eq(t, [...]int{cdc.AreaSize, cdc.MsgType, cdc.OffType, cdc.OffProd, cdc.OffCons, cdc.OffWake},
-		[...]int{32, 0xFE, 0, 8, 16, 24}, "layout constants")
-	eq(t, [...]cdc.ProdFlags{cdc.WriteBlocked, cdc.UrgDataPending, cdc.UrgDataPresent, cdc.ConsCursUpdReq, cdc.FailoverValidation, cdc.ProdFlagsReserved},
-		[...]cdc.ProdFlags{0x80, 0x40, 0x20, 0x10, 0x08, 0x07}, "producer flags")
-	eq(t, [...]cdc.ConnFlags{cdc.PeerDoneWriting, cdc.PeerConnClosed, cdc.PeerConnAbort, cdc.ConnFlagsReserved},
-		[...]cdc.ConnFlags{0x80, 0x40, 0x20, 0x1F}, "connection flags")
-	eq(t, [...]uint64{cdc.WakeReader, cdc.WakeWriter}, [...]uint64{1, 2}, "wake bits")
+	assert.Equal(t, int(unsafe.Sizeof(m)), cdc.AreaSize, "AreaSize")
+	assert.Equal(t, int(unsafe.Offsetof(m.typ)), cdc.OffType, "OffType")
+	assert.Equal(t, int(unsafe.Offsetof(m.prod)), cdc.OffProd, "OffProd")
+	assert.Equal(t, int(unsafe.Offsetof(m.cons)), cdc.OffCons, "OffCons")
+	assert.Equal(t, int(unsafe.Offsetof(m.res3)), cdc.OffWake, "OffWake")
+	assert.Equal(t, [...]int{32, 0xFE, 0, 8, 16, 24}, [...]int{cdc.AreaSize, cdc.MsgType, cdc.OffType, cdc.OffProd, cdc.OffCons, cdc.OffWake}, "layout constants")
+	assert.Equal(t, [...]cdc.ProdFlags{0x80, 0x40, 0x20, 0x10, 0x08, 0x07}, [...]cdc.ProdFlags{cdc.WriteBlocked, cdc.UrgDataPending, cdc.UrgDataPresent, cdc.ConsCursUpdReq, cdc.FailoverValidation, cdc.ProdFlagsReserved}, "producer flags")
+	assert.Equal(t, [...]cdc.ConnFlags{0x80, 0x40, 0x20, 0x1F}, [...]cdc.ConnFlags{cdc.PeerDoneWriting, cdc.PeerConnClosed, cdc.PeerConnAbort, cdc.ConnFlagsReserved}, "connection flags")
+	assert.Equal(t, [...]uint64{1, 2}, [...]uint64{cdc.WakeReader, cdc.WakeWriter}, "wake bits")
 }
 
 // wantWordBytes is the byte image of union smcd_cdc_cursor for
@@ -58,45 +57,39 @@ func TestPackWordByteLayout(t *testing.T) {
 	cf := cdc.PeerConnClosed
 	want := wantWordBytes()
 	w := cdc.PackWord(c, pf, cf)
-	eq(t, w, binary.NativeEndian.Uint64(want), "PackWord")
+	assert.Equal(t, binary.NativeEndian.Uint64(want), w, "PackWord")
 
 	gc, gpf, gcf := cdc.UnpackWord(w)
-	eq(t, gc, c, "unpacked cursor")
-	eq(t, gpf, pf, "unpacked producer flags")
-	eq(t, gcf, cf, "unpacked connection flags")
+	assert.Equal(t, c, gc, "unpacked cursor")
+	assert.Equal(t, pf, gpf, "unpacked producer flags")
+	assert.Equal(t, cf, gcf, "unpacked connection flags")
 
 	// The same bytes must appear in the DMB at the consumer cursor slot,
 	// with the flags at bytes 22 and 23.
 	dmb := alignedDMB(64)
 	a, err := cdc.NewArea(dmb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a.StoreCons(w)
-	eq(t, string(dmb[cdc.OffCons:cdc.OffCons+8]), string(want), "DMB bytes 16..23")
-	eq(t, dmb[22], byte(pf), "byte 22")
-	eq(t, dmb[23], byte(cf), "byte 23")
+	assert.Equal(t, string(want), string(dmb[cdc.OffCons:cdc.OffCons+8]), "DMB bytes 16..23")
+	assert.Equal(t, byte(pf), dmb[22], "byte 22")
+	assert.Equal(t, byte(cf), dmb[23], "byte 23")
 	a.StoreProd(cdc.PackWord(c, 0, 0))
-	eq(t, string(dmb[cdc.OffProd:cdc.OffProd+6]), string(want[:6]), "DMB bytes 8..13")
-	eq(t, string(dmb[cdc.OffProd+6:cdc.OffProd+8]), "\x00\x00", "DMB bytes 14..15")
+	assert.Equal(t, string(want[:6]), string(dmb[cdc.OffProd:cdc.OffProd+6]), "DMB bytes 8..13")
+	assert.Equal(t, "\x00\x00", string(dmb[cdc.OffProd+6:cdc.OffProd+8]), "DMB bytes 14..15")
 }
 
 func TestNewArea(t *testing.T) {
 	dmb := alignedDMB(40)
-	if _, err := cdc.NewArea(dmb[:cdc.AreaSize]); err != nil {
-		t.Errorf("NewArea(32 aligned bytes): %v", err)
-	}
-	if _, err := cdc.NewArea(dmb[:cdc.AreaSize-1]); err == nil {
-		t.Error("NewArea(31 bytes): no error")
-	}
-	if _, err := cdc.NewArea(nil); err == nil {
-		t.Error("NewArea(nil): no error")
-	}
-	if _, err := cdc.NewArea(dmb[1:]); err == nil {
-		t.Error("NewArea(misaligned): no error")
-	}
-	if _, err := cdc.NewArea(dmb[4 : 4+cdc.AreaSize]); err == nil {
-		t.Error("NewArea(4-byte aligned): no error")
+	_, err := cdc.NewArea(dmb[:cdc.AreaSize])
+	assert.NoError(t, err, "32 aligned bytes")
+	for what, b := range map[string][]byte{
+		"31 bytes":       dmb[:cdc.AreaSize-1],
+		"nil":            nil,
+		"misaligned":     dmb[1:],
+		"4-byte aligned": dmb[4 : 4+cdc.AreaSize],
+	} {
+		_, err := cdc.NewArea(b)
+		assert.Error(t, err, what)
 	}
 }
 
@@ -106,32 +99,30 @@ func TestAreaAccess(t *testing.T) {
 		dmb[i] = 0xAA
 	}
 	a, err := cdc.NewArea(dmb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a.SetType()
-	eq(t, dmb[0], byte(0xFE), "byte 0 after SetType")
-	eq(t, a.Type(), byte(cdc.MsgType), "Type")
-	eq(t, dmb[1], byte(0xAA), "byte 1 after SetType")
+	assert.Equal(t, byte(0xFE), dmb[0], "byte 0 after SetType")
+	assert.Equal(t, byte(cdc.MsgType), a.Type(), "Type")
+	assert.Equal(t, byte(0xAA), dmb[1], "byte 1 after SetType")
 
 	a.StoreProd(0x0102030405060708)
 	a.StoreCons(0x1112131415161718)
-	eq(t, a.LoadProd(), 0x0102030405060708, "LoadProd")
-	eq(t, a.LoadCons(), 0x1112131415161718, "LoadCons")
-	eq(t, binary.NativeEndian.Uint64(dmb[cdc.OffProd:]), 0x0102030405060708, "prod word in DMB")
-	eq(t, binary.NativeEndian.Uint64(dmb[cdc.OffCons:]), 0x1112131415161718, "cons word in DMB")
+	assert.Equal(t, uint64(0x0102030405060708), a.LoadProd(), "LoadProd")
+	assert.Equal(t, uint64(0x1112131415161718), a.LoadCons(), "LoadCons")
+	assert.Equal(t, uint64(0x0102030405060708), binary.NativeEndian.Uint64(dmb[cdc.OffProd:]), "prod word in DMB")
+	assert.Equal(t, uint64(0x1112131415161718), binary.NativeEndian.Uint64(dmb[cdc.OffCons:]), "cons word in DMB")
 
 	binary.NativeEndian.PutUint64(dmb[cdc.OffWake:], 0)
-	eq(t, a.OrWake(cdc.WakeReader), 0, "OrWake old")
-	eq(t, a.OrWake(cdc.WakeWriter), cdc.WakeReader, "OrWake old")
-	eq(t, a.LoadWake(), cdc.WakeReader|cdc.WakeWriter, "LoadWake")
-	eq(t, a.AndWake(^cdc.WakeReader), cdc.WakeReader|cdc.WakeWriter, "AndWake old")
-	eq(t, a.LoadWake(), cdc.WakeWriter, "LoadWake after clearing reader")
-	eq(t, binary.NativeEndian.Uint64(dmb[cdc.OffWake:]), cdc.WakeWriter, "wake word in DMB")
+	assert.Equal(t, uint64(0), a.OrWake(cdc.WakeReader), "OrWake old")
+	assert.Equal(t, cdc.WakeReader, a.OrWake(cdc.WakeWriter), "OrWake old")
+	assert.Equal(t, cdc.WakeReader|cdc.WakeWriter, a.LoadWake(), "LoadWake")
+	assert.Equal(t, cdc.WakeReader|cdc.WakeWriter, a.AndWake(^cdc.WakeReader), "AndWake old")
+	assert.Equal(t, cdc.WakeWriter, a.LoadWake(), "LoadWake after clearing reader")
+	assert.Equal(t, cdc.WakeWriter, binary.NativeEndian.Uint64(dmb[cdc.OffWake:]), "wake word in DMB")
 
 	// Nothing outside the area was touched.
 	for i := cdc.AreaSize; i < len(dmb); i++ {
-		eq(t, dmb[i], byte(0xAA), "payload byte %d", i)
+		assert.Equal(t, byte(0xAA), dmb[i], "payload byte %d", i)
 	}
 }
 
@@ -141,9 +132,7 @@ func TestAreaAccess(t *testing.T) {
 func TestAreaConcurrent(t *testing.T) {
 	const size, total = 3, 20000
 	a, err := cdc.NewArea(alignedDMB(cdc.AreaSize))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var stop atomic.Bool // set by a side that failed, so the other does not spin forever
 	fail := func(err error) {
 		t.Error(err)
@@ -199,16 +188,15 @@ func TestAreaConcurrent(t *testing.T) {
 		}
 	}()
 	wg.Wait()
-	eq(t, consumed, total, "bytes consumed")
+	assert.Equal(t, total, consumed, "bytes consumed")
 }
 
 func TestFlagsString(t *testing.T) {
-	eq(t, cdc.ProdFlags(0).String(), "0", "ProdFlags(0)")
-	eq(t, (cdc.WriteBlocked | cdc.ConsCursUpdReq).String(), "write_blocked|cons_curs_upd_req", "ProdFlags")
-	eq(t, cdc.ProdFlags(0xFF).String(),
-		"write_blocked|urg_data_pending|urg_data_present|cons_curs_upd_req|failover_validation|0x7", "ProdFlags(0xFF)")
-	eq(t, cdc.ProdFlags(0x05).String(), "0x5", "ProdFlags(0x05)")
-	eq(t, cdc.ConnFlags(0).String(), "0", "ConnFlags(0)")
-	eq(t, cdc.PeerConnAbort.String(), "peer_conn_abort", "PeerConnAbort")
-	eq(t, cdc.ConnFlags(0xFF).String(), "peer_done_writing|peer_conn_closed|peer_conn_abort|0x1f", "ConnFlags(0xFF)")
+	assert.Equal(t, "0", cdc.ProdFlags(0).String(), "ProdFlags(0)")
+	assert.Equal(t, "write_blocked|cons_curs_upd_req", (cdc.WriteBlocked | cdc.ConsCursUpdReq).String(), "ProdFlags")
+	assert.Equal(t, "write_blocked|urg_data_pending|urg_data_present|cons_curs_upd_req|failover_validation|0x7", cdc.ProdFlags(0xFF).String(), "ProdFlags(0xFF)")
+	assert.Equal(t, "0x5", cdc.ProdFlags(0x05).String(), "ProdFlags(0x05)")
+	assert.Equal(t, "0", cdc.ConnFlags(0).String(), "ConnFlags(0)")
+	assert.Equal(t, "peer_conn_abort", cdc.PeerConnAbort.String(), "PeerConnAbort")
+	assert.Equal(t, "peer_done_writing|peer_conn_closed|peer_conn_abort|0x1f", cdc.ConnFlags(0xFF).String(), "ConnFlags(0xFF)")
 }

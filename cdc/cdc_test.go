@@ -1,24 +1,16 @@
 package cdc_test
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"testing"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func cur(wrap uint16, count uint32) cdc.Cursor { return cdc.Cursor{Wrap: wrap, Count: count} }
-
-// eq reports a test error unless got == want; what (formatted with args)
-// names the value.
-func eq[T comparable](t *testing.T, got, want T, what string, args ...any) {
-	t.Helper()
-	if got != want {
-		t.Errorf("%s = %v, want %v", fmt.Sprintf(what, args...), got, want)
-	}
-}
 
 // ringMax is 1<<32, the largest ring a Cursor can address, or 0 where int
 // is too small to hold it.
@@ -29,13 +21,6 @@ var ringMax = func() int {
 	v := uint64(1) << 32
 	return int(v)
 }()
-
-// panics reports whether f panics.
-func panics(f func()) (p bool) {
-	defer func() { p = recover() != nil }()
-	f()
-	return false
-}
 
 func TestCursorAdd(t *testing.T) {
 	tests := []struct {
@@ -61,18 +46,18 @@ func TestCursorAdd(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d/%v+%d", tt.size, tt.c, tt.n), func(t *testing.T) {
-			eq(t, tt.c.Add(tt.size, tt.n), tt.want, "%v.Add(%d, %d)", tt.c, tt.size, tt.n)
+			assert.Equal(t, tt.want, tt.c.Add(tt.size, tt.n), "%v.Add(%d, %d)", tt.c, tt.size, tt.n)
 		})
 	}
 }
 
 func TestCursorAddPanicsOnMisuse(t *testing.T) {
 	for _, tt := range []struct{ size, n int }{{100, -1}, {100, 101}, {0, 0}, {-3, -5}} {
-		eq(t, panics(func() { cur(0, 0).Add(tt.size, tt.n) }), true, "Add(%d, %d) panics", tt.size, tt.n)
+		assert.Panics(t, func() { cur(0, 0).Add(tt.size, tt.n) }, "Add(%d, %d)", tt.size, tt.n)
 	}
 	if ringMax > 0 {
-		eq(t, panics(func() { cur(0, 0).Add(ringMax+1, 1) }), true, "Add(1<<32+1, 1) panics")
-		eq(t, cur(0, 0xFFFFFFFF).Add(ringMax, ringMax), cur(1, 0xFFFFFFFF), "Add(1<<32, 1<<32)")
+		assert.Panics(t, func() { cur(0, 0).Add(ringMax+1, 1) }, "Add(1<<32+1, 1)")
+		assert.Equal(t, cur(1, 0xFFFFFFFF), cur(0, 0xFFFFFFFF).Add(ringMax, ringMax), "Add(1<<32, 1<<32)")
 	}
 }
 
@@ -90,10 +75,10 @@ func TestCursorValidAndString(t *testing.T) {
 		{cur(0, 0), -1, false},
 		{cur(0, 0xFFFFFFFF), ringMax, ringMax > 0},
 	} {
-		eq(t, tt.c.Valid(tt.size), tt.want, "%v.Valid(%d)", tt.c, tt.size)
+		assert.Equal(t, tt.want, tt.c.Valid(tt.size), "%v.Valid(%d)", tt.c, tt.size)
 	}
-	eq(t, cur(0, 0).String(), "0:0", "String")
-	eq(t, cur(0xFFFF, 0xFFFFFFFF).String(), "65535:4294967295", "String")
+	assert.Equal(t, "0:0", cur(0, 0).String(), "String")
+	assert.Equal(t, "65535:4294967295", cur(0xFFFF, 0xFFFFFFFF).String(), "String")
 }
 
 func TestDiff(t *testing.T) {
@@ -118,7 +103,7 @@ func TestDiff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d/%v->%v", tt.size, tt.from, tt.to), func(t *testing.T) {
-			eq(t, cdc.Diff(tt.size, tt.from, tt.to), tt.want, "Diff")
+			assert.Equal(t, tt.want, cdc.Diff(tt.size, tt.from, tt.to), "Diff")
 		})
 	}
 }
@@ -145,7 +130,7 @@ func TestComp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d/%v->%v", tt.size, tt.from, tt.to), func(t *testing.T) {
-			eq(t, cdc.Comp(tt.size, tt.from, tt.to), tt.want, "Comp")
+			assert.Equal(t, tt.want, cdc.Comp(tt.size, tt.from, tt.to), "Comp")
 		})
 	}
 }
@@ -174,7 +159,7 @@ func TestDiffLarge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d/%v->%v", tt.size, tt.from, tt.to), func(t *testing.T) {
-			eq(t, cdc.DiffLarge(tt.size, tt.from, tt.to), tt.want, "DiffLarge")
+			assert.Equal(t, tt.want, cdc.DiffLarge(tt.size, tt.from, tt.to), "DiffLarge")
 		})
 	}
 }
@@ -220,20 +205,16 @@ func TestAdvance(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := cdc.Advance("prod", tt.size, tt.prev, tt.next, tt.limit)
 			if tt.reason == "" {
-				if err != nil {
-					t.Fatalf("Advance: unexpected error %v", err)
-				}
-				eq(t, got, tt.want, "advance")
-				eq(t, tt.prev.Add(tt.size, got), tt.next, "prev.Add(size, advance)")
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, got, "advance")
+				assert.Equal(t, tt.next, tt.prev.Add(tt.size, got), "prev.Add(size, advance)")
 				return
 			}
-			eq(t, got, 0, "advance on error")
-			eq(t, errors.Is(err, cdc.ErrProtocol), true, "errors.Is(%v, ErrProtocol)", err)
+			assert.Equal(t, 0, got, "advance on error")
+			assert.ErrorIs(t, err, cdc.ErrProtocol)
 			var ce *cdc.CursorError
-			if !errors.As(err, &ce) {
-				t.Fatalf("Advance error %v (%T) is not a *CursorError", err, err)
-			}
-			eq(t, *ce, cdc.CursorError{Field: "prod", Got: tt.next, Prev: tt.prev, Size: tt.size, Reason: tt.reason}, "CursorError")
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, cdc.CursorError{Field: "prod", Got: tt.next, Prev: tt.prev, Size: tt.size, Reason: tt.reason}, *ce, "CursorError")
 		})
 	}
 }
@@ -257,22 +238,18 @@ func TestAdvanceInvalidLocalState(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := cdc.Advance("cons", tt.size, tt.prev, tt.prev, tt.limit)
-			if err == nil {
-				t.Fatal("Advance: no error for invalid local state")
-			}
-			eq(t, got, 0, "advance on error")
-			eq(t, errors.Is(err, cdc.ErrProtocol), false, "errors.Is(%v, ErrProtocol)", err)
+			require.Error(t, err, "invalid local state")
+			assert.Equal(t, 0, got, "advance on error")
+			assert.NotErrorIs(t, err, cdc.ErrProtocol)
 		})
 	}
 }
 
 func TestCursorErrorMessage(t *testing.T) {
 	_, err := cdc.Advance("cons", 100, cur(2, 50), cur(2, 40), 100)
-	if err == nil {
-		t.Fatal("Advance: no error for a backwards cursor")
-	}
-	eq(t, err.Error(), "cdc: peer protocol violation: cons cursor 2:40 (previous 2:50, ring 100 bytes): moved backwards", "Error()")
-	eq(t, errors.Is(fmt.Errorf("conn 7: %w", err), cdc.ErrProtocol), true, "wrapped errors.Is ErrProtocol")
+	require.Error(t, err, "a backwards cursor")
+	assert.EqualError(t, err, "cdc: peer protocol violation: cons cursor 2:40 (previous 2:50, ring 100 bytes): moved backwards")
+	assert.ErrorIs(t, fmt.Errorf("conn 7: %w", err), cdc.ErrProtocol, "wrapped")
 }
 
 func TestCompressSize(t *testing.T) {
@@ -299,7 +276,7 @@ func TestCompressSize(t *testing.T) {
 		{65536, 1, 1},
 	}
 	for _, tt := range tests {
-		eq(t, cdc.CompressSize(tt.size, tt.maxCode), tt.want, "CompressSize(%d, %d)", tt.size, tt.maxCode)
+		assert.Equal(t, tt.want, cdc.CompressSize(tt.size, tt.maxCode), "CompressSize(%d, %d)", tt.size, tt.maxCode)
 	}
 }
 
@@ -317,9 +294,9 @@ func TestUncompressSize(t *testing.T) {
 		{255, 0},
 	}
 	for _, tt := range tests {
-		eq(t, cdc.UncompressSize(tt.code), tt.want, "UncompressSize(%d)", tt.code)
+		assert.Equal(t, tt.want, cdc.UncompressSize(tt.code), "UncompressSize(%d)", tt.code)
 	}
 	for code := uint8(0); code <= 15; code++ {
-		eq(t, cdc.CompressSize(cdc.UncompressSize(code), 15), code, "CompressSize(UncompressSize(%d), 15)", code)
+		assert.Equal(t, code, cdc.CompressSize(cdc.UncompressSize(code), 15), "CompressSize(UncompressSize(%d), 15)", code)
 	}
 }

@@ -1,8 +1,10 @@
 package clc
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Common SMC-D part: GID, token, DMBE index 0, DMBE size 1 (32 KiB), link id.
@@ -90,19 +92,18 @@ func TestAcceptConfirmVectors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg, m := tc.msg(t), tc.m()
-			if len(msg) != tc.len || m.Len() != tc.len {
-				t.Fatalf("vector %d bytes, Len %d, want %d", len(msg), m.Len(), tc.len)
-			}
+			require.Len(t, msg, tc.len, "vector")
+			require.Equal(t, tc.len, m.Len(), "Len")
 			enc, err := m.Append(nil)
-			mustNoErr(t, err)
-			mustBytes(t, enc, msg)
+			require.NoError(t, err)
+			assert.Equal(t, msg, enc)
 			got, err := ParseAcceptConfirm(msg)
-			mustNoErr(t, err)
-			mustEqual(t, got, m)
+			require.NoError(t, err)
+			assert.Equal(t, m, got)
 			// Accepted with the SMCR eyecatchers too.
 			got, err = ParseAcceptConfirm(patch(patch(msg, 3, 0xD9), len(msg)-1, 0xD9))
-			mustNoErr(t, err)
-			mustEqual(t, got, m)
+			require.NoError(t, err)
+			assert.Equal(t, m, got)
 		})
 	}
 }
@@ -113,11 +114,11 @@ func TestAcceptConfirmExtraBytes(t *testing.T) {
 	m := acceptBase()
 	m.Type, m.Version = TypeConfirm, 2
 	b, err := m.Append(nil)
-	mustNoErr(t, err)
+	require.NoError(t, err)
 	long := withLen(cat(b[:74], zeros(20), b[74:]), 98)
 	got, err := ParseAcceptConfirm(long)
-	mustNoErr(t, err)
-	mustEqual(t, got, &m)
+	require.NoError(t, err)
+	assert.Equal(t, &m, got)
 }
 
 func TestAcceptConfirmRejects(t *testing.T) {
@@ -150,9 +151,7 @@ func TestAcceptConfirmRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseAcceptConfirm(tc.msg)
-			if got != nil {
-				t.Fatalf("parsed %+v", got)
-			}
+			assert.Nil(t, got)
 			mustField(t, err, tc.field)
 		})
 	}
@@ -165,13 +164,10 @@ func TestAcceptConfirmSMCR(t *testing.T) {
 		cat(hx(t, "E2D4C3D9 02 00A0 28"), zeros(148), hx(t, "E2D4C3D9")), // v2 + FCE
 	} {
 		_, err := ParseAcceptConfirm(msg)
-		if !errors.Is(err, ErrModeUnsupported) || errors.Is(err, ErrProtocol) {
-			t.Fatalf("error %v: want ErrModeUnsupported only", err)
-		}
+		assert.ErrorIs(t, err, ErrModeUnsupported)
+		assert.NotErrorIs(t, err, ErrProtocol)
 		_, err = Parse(msg)
-		if !errors.Is(err, ErrModeUnsupported) {
-			t.Fatalf("Parse error %v: want ErrModeUnsupported", err)
-		}
+		assert.ErrorIs(t, err, ErrModeUnsupported, "Parse")
 	}
 }
 
@@ -193,10 +189,8 @@ func TestAcceptConfirmAppendErrors(t *testing.T) {
 			m.FCE = &FirstContactExt{OSType: OSLinux}
 			tc.mod(&m)
 			b, err := m.Append([]byte{7})
-			if !errors.Is(err, ErrEncode) {
-				t.Fatalf("error %v: want ErrEncode", err)
-			}
-			mustBytes(t, b, []byte{7})
+			assert.ErrorIs(t, err, ErrEncode)
+			assert.Equal(t, []byte{7}, b)
 		})
 	}
 }

@@ -1,9 +1,10 @@
 package clc
 
 import (
-	"errors"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestDeclineVectors(t *testing.T) {
@@ -34,31 +35,28 @@ func TestDeclineVectors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := hx(t, tc.msg)
-			if tc.d.Len() != len(msg) {
-				t.Fatalf("Len %d, vector %d", tc.d.Len(), len(msg))
-			}
-			mustBytes(t, tc.d.Append(nil), msg)
+			require.Len(t, msg, tc.d.Len(), "vector against Len")
+			assert.Equal(t, msg, tc.d.Append(nil))
 			got, err := ParseDecline(msg)
-			mustNoErr(t, err)
-			mustEqual(t, got, tc.d)
+			require.NoError(t, err)
+			assert.Equal(t, tc.d, got)
 		})
 	}
 }
 
 func TestNewDecline(t *testing.T) {
-	mustEqual(t, NewDecline(DeclNoUEID, 2), &Decline{Version: 2, Code: DeclNoUEID, OSType: OSLinux})
-	mustEqual(t, NewDecline(DeclSyncErr, 1), &Decline{Version: 1, Code: DeclSyncErr, OutOfSync: true})
+	assert.Equal(t, &Decline{Version: 2, Code: DeclNoUEID, OSType: OSLinux}, NewDecline(DeclNoUEID, 2))
+	assert.Equal(t, &Decline{Version: 1, Code: DeclSyncErr, OutOfSync: true}, NewDecline(DeclSyncErr, 1))
 	// Version 0 is sent as 1.
 	b := (&Decline{Code: DeclMem}).Append(nil)
 	d, err := ParseDecline(b)
-	mustNoErr(t, err)
-	mustEqual(t, d, &Decline{Version: 1, Code: DeclMem})
+	require.NoError(t, err)
+	assert.Equal(t, &Decline{Version: 1, Code: DeclMem}, d)
 
 	err = d.Err()
-	if !errors.Is(err, ErrDeclined) || !strings.Contains(err.Error(), "0x01010000 MEM") ||
-		!strings.Contains(err.Error(), "peer") {
-		t.Fatalf("Err() = %v", err)
-	}
+	assert.ErrorIs(t, err, ErrDeclined)
+	assert.ErrorContains(t, err, "0x01010000 MEM")
+	assert.ErrorContains(t, err, "peer")
 }
 
 func TestDeclineRejects(t *testing.T) {
@@ -78,14 +76,12 @@ func TestDeclineRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := ParseDecline(tc.msg)
-			if d != nil {
-				t.Fatalf("parsed %+v", d)
-			}
+			assert.Nil(t, d)
 			mustField(t, err, tc.field)
 		})
 	}
 	// The trailer is not checked (smc_clc_msg_hdr_valid).
 	d, err := ParseDecline(patch(v2, 40, 0, 0, 0, 0))
-	mustNoErr(t, err)
-	mustEqual(t, d, &Decline{Version: 2, Code: DeclMem})
+	require.NoError(t, err)
+	assert.Equal(t, &Decline{Version: 2, Code: DeclMem}, d)
 }

@@ -2,8 +2,9 @@ package clc
 
 import (
 	"bytes"
-	"reflect"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // seeds returns every hand-written vector of the tests.
@@ -20,9 +21,7 @@ func seeds(t testing.TB) [][]byte {
 				m.Type, m.Version, m.FirstContact = TypeConfirm, v, fc
 				m.FCE = &FirstContactExt{OSType: OSLinux, Release: rel}
 				b, err := m.Append(nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				out = append(out, b)
 			}
 		}
@@ -69,29 +68,17 @@ func FuzzParse(f *testing.F) {
 func roundTrip(t *testing.T, msg []byte) {
 	m, err := Parse(msg)
 	if err != nil {
-		if m != nil {
-			t.Fatalf("message %+v with error %v", m, err)
-		}
+		require.Nil(t, m, "message with error %v", err)
 		return
 	}
 	enc, err := encode(m)
-	if err != nil {
-		t.Fatalf("parsed %+v does not encode: %v", m, err)
-	}
-	if len(enc) != m.Len() {
-		t.Fatalf("encoded %d bytes, Len %d", len(enc), m.Len())
-	}
+	require.NoError(t, err, "parsed %+v does not encode", m)
+	require.Len(t, enc, m.Len(), "encoding against Len")
 	m2, err := Parse(enc)
-	if err != nil {
-		t.Fatalf("re-parse of % x: %v", enc, err)
-	}
-	if !reflect.DeepEqual(m, m2) {
-		t.Fatalf("round trip changed the value\nfirst  %+v\nsecond %+v", m, m2)
-	}
+	require.NoError(t, err, "re-parse of % x", enc)
+	require.Equal(t, m, m2, "round trip changed the value")
 	enc2, _ := encode(m2)
-	if !bytes.Equal(enc, enc2) {
-		t.Fatalf("encoding not stable\n% x\n% x", enc, enc2)
-	}
+	require.Equal(t, enc, enc2, "encoding not stable")
 }
 
 func FuzzReadMsg(f *testing.F) {
@@ -103,21 +90,18 @@ func FuzzReadMsg(f *testing.F) {
 		r := bytes.NewReader(stream)
 		typ, msg, err := ReadMsg(r, MsgType(expect), make([]byte, 0, 64))
 		if err != nil {
-			if msg != nil || typ != 0 {
-				t.Fatalf("type %v, message with error %v", typ, err)
-			}
+			require.Nil(t, msg, "message with error %v", err)
+			require.Zero(t, typ, "type with error %v", err)
 			return
 		}
-		if typ != MsgType(expect) && typ != TypeDecline {
-			t.Fatalf("type %v, expected %v", typ, expect)
+		if typ != MsgType(expect) {
+			require.Equal(t, TypeDecline, typ, "neither the expected type %v nor a decline", MsgType(expect))
 		}
 		minLen, maxLen := lenBounds(typ)
-		if len(msg) < minLen || len(msg) > maxLen || int(msg[5])<<8|int(msg[6]) != len(msg) {
-			t.Fatalf("message length %d outside %d..%d or not the header's", len(msg), minLen, maxLen)
-		}
-		if !bytes.Equal(msg, stream[:len(msg)]) {
-			t.Fatal("message is not the stream prefix")
-		}
+		require.GreaterOrEqual(t, len(msg), minLen, "message length")
+		require.LessOrEqual(t, len(msg), maxLen, "message length")
+		require.Equal(t, len(msg), int(msg[5])<<8|int(msg[6]), "message length against the header's")
+		require.Equal(t, stream[:len(msg)], msg, "message is not the stream prefix")
 		// Whatever ReadMsg lets through, Parse must handle without panic.
 		_, _ = Parse(msg)
 	})

@@ -1,9 +1,11 @@
 package clc
 
 import (
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestHeaderByte7(t *testing.T) {
@@ -21,24 +23,20 @@ func TestHeaderByte7(t *testing.T) {
 	} {
 		b := append(EyecatcherD[:], 2, 0, 48, tc.b7)
 		h, err := ParseHeader(b)
-		mustNoErr(t, err)
+		require.NoError(t, err)
 		tc.h.Eyecatcher, tc.h.Type, tc.h.Length = EyecatcherD, TypeAccept, 48
-		mustEqual(t, h, tc.h)
-		if h.Flag() != tc.flag {
-			t.Fatalf("byte7 %#x: Flag %v", tc.b7, h.Flag())
-		}
-		mustBytes(t, h.Append(nil), b)
+		assert.Equal(t, tc.h, h)
+		assert.Equal(t, tc.flag, h.Flag(), "byte7 %#x: Flag", tc.b7)
+		assert.Equal(t, b, h.Append(nil))
 	}
 
 	h := Header{Version: 2, TypeV1: PathD, TypeV2: 1}
 	h.SetFlag(true)
-	if h.byte7() != 0x2D || !h.Flag() {
-		t.Fatalf("SetFlag(true): %#x", h.byte7())
-	}
+	assert.Equal(t, byte(0x2D), h.byte7(), "SetFlag(true)")
+	assert.True(t, h.Flag(), "SetFlag(true)")
 	h.SetFlag(false)
-	if h.byte7() != 0x25 || h.Flag() {
-		t.Fatalf("SetFlag(false): %#x", h.byte7())
-	}
+	assert.Equal(t, byte(0x25), h.byte7(), "SetFlag(false)")
+	assert.False(t, h.Flag(), "SetFlag(false)")
 }
 
 func TestParseHeaderRejects(t *testing.T) {
@@ -64,37 +62,27 @@ func TestStrings(t *testing.T) {
 		TypeDecline: "decline", MsgType(7): "type(7)",
 		PathR: "R", PathD: "D", PathN: "N", PathB: "B", Path(5): "path(5)",
 	} {
-		if got := v.(interface{ String() string }).String(); got != want {
-			t.Fatalf("%v: %q, want %q", v, got, want)
-		}
+		assert.Equal(t, want, v.(interface{ String() string }).String(), "%#v", v)
 	}
-	if !PathB.HasD() || !PathB.HasR() || PathN.HasD() || PathR.HasD() || PathD.HasR() {
-		t.Fatal("HasD/HasR")
-	}
-	if !EmulatedCHID(CHIDLoopback) || !EmulatedCHID(0xFF00) || EmulatedCHID(0xFEFF) {
-		t.Fatal("EmulatedCHID")
-	}
+	assert.Equal(t, [...]bool{true, true, false, false, false},
+		[...]bool{PathB.HasD(), PathB.HasR(), PathN.HasD(), PathR.HasD(), PathD.HasR()},
+		"B.HasD, B.HasR, N.HasD, R.HasD, D.HasR")
+	assert.Equal(t, [...]bool{true, true, false},
+		[...]bool{EmulatedCHID(CHIDLoopback), EmulatedCHID(0xFF00), EmulatedCHID(0xFEFF)},
+		"EmulatedCHID of loopback, 0xFF00, 0xFEFF")
 }
 
 func TestErrors(t *testing.T) {
 	var err error = &FieldError{Msg: TypeProposal, Field: "eid_cnt", Got: 9, Want: "<= 8"}
-	if !errors.Is(err, ErrProtocol) || errors.Is(err, ErrDeclined) {
-		t.Fatal("FieldError Is")
-	}
-	if got := err.Error(); got != "clc: proposal: bad eid_cnt: got 9, want <= 8" {
-		t.Fatalf("FieldError: %q", got)
-	}
+	assert.ErrorIs(t, err, ErrProtocol)
+	assert.NotErrorIs(t, err, ErrDeclined)
+	assert.EqualError(t, err, "clc: proposal: bad eid_cnt: got 9, want <= 8")
 	err = &DeclineError{Code: DeclNoUEID}
-	if !errors.Is(err, ErrDeclined) || errors.Is(err, ErrProtocol) {
-		t.Fatal("DeclineError Is")
-	}
-	if got := err.Error(); got != "clc: declined locally: 0x03030008 NOUEID" {
-		t.Fatalf("DeclineError: %q", got)
-	}
+	assert.ErrorIs(t, err, ErrDeclined)
+	assert.NotErrorIs(t, err, ErrProtocol)
+	assert.EqualError(t, err, "clc: declined locally: 0x03030008 NOUEID")
 	err = &DeclineError{Code: 0x12345678, Peer: true}
-	if got := err.Error(); got != "clc: peer declined: 0x12345678 0x12345678" {
-		t.Fatalf("DeclineError: %q", got)
-	}
+	assert.EqualError(t, err, "clc: peer declined: 0x12345678 0x12345678")
 }
 
 func TestCodeNames(t *testing.T) {
@@ -112,20 +100,13 @@ func TestCodeNames(t *testing.T) {
 		0x04000000: "SYNCERR", 0x05000000: "PEERDECL", 0x09990000: "INTERR",
 		0x09990001: "ERR_RTOK", 0x09990002: "ERR_RDYLNK", 0x09990003: "ERR_REGBUF",
 	}
-	if len(codeNames) != len(want) {
-		t.Fatalf("%d names, want %d", len(codeNames), len(want))
-	}
+	require.Len(t, codeNames, len(want))
 	for code, name := range want {
-		if got := CodeName(code); got != name {
-			t.Fatalf("CodeName(%#08x) = %q, want %q", code, got, name)
-		}
+		assert.Equal(t, name, CodeName(code), "CodeName(%#08x)", code)
 	}
-	if got := CodeName(0x99990000); got != "0x99990000" {
-		t.Fatalf("unknown code: %q", got)
-	}
-	if DeclPeerNoSMC != 0x03010000 || DeclNoUEID != 0x03030008 || DeclMaxDMB != 0x030d0000 {
-		t.Fatal("constants")
-	}
+	assert.Equal(t, "0x99990000", CodeName(0x99990000), "unknown code")
+	assert.Equal(t, [...]uint32{0x03010000, 0x03030008, 0x030d0000},
+		[...]uint32{DeclPeerNoSMC, DeclNoUEID, DeclMaxDMB}, "DeclPeerNoSMC, DeclNoUEID, DeclMaxDMB")
 }
 
 func TestUEID(t *testing.T) {
@@ -145,24 +126,22 @@ func TestUEID(t *testing.T) {
 		{"AB_C", false, "underscore"},
 	} {
 		eid, err := MakeEID(tc.s)
-		if (err == nil) != tc.ok || ValidUEID(eid) != tc.ok {
-			t.Fatalf("%q (%s): err %v, valid %v", tc.s, tc.note, err, ValidUEID(eid))
+		if tc.ok {
+			assert.NoError(t, err, "%q (%s)", tc.s, tc.note)
+		} else {
+			assert.Error(t, err, "%q (%s)", tc.s, tc.note)
 		}
+		assert.Equal(t, tc.ok, ValidUEID(eid), "%q (%s): ValidUEID", tc.s, tc.note)
 	}
-	if _, err := MakeEID(strings.Repeat("A", 33)); err == nil {
-		t.Fatal("33 bytes accepted")
-	}
+	_, err := MakeEID(strings.Repeat("A", 33))
+	assert.Error(t, err, "33 bytes")
 	// Trailing white space of any kind is padding (C isspace); NUL is not.
 	var e [EIDLen]byte
 	copy(e[:], "ABC\t\n")
 	for i := 5; i < EIDLen; i++ {
 		e[i] = ' '
 	}
-	if !ValidUEID(e) {
-		t.Fatal("tab/newline padding rejected")
-	}
+	assert.True(t, ValidUEID(e), "tab/newline padding")
 	e = [EIDLen]byte{'A', 'B', 'C'}
-	if ValidUEID(e) {
-		t.Fatal("NUL padding accepted")
-	}
+	assert.False(t, ValidUEID(e), "NUL padding")
 }

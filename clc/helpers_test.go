@@ -3,19 +3,17 @@ package clc
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // hx decodes hex, ignoring blanks, so vectors can be written field by field.
 func hx(t testing.TB, s string) []byte {
 	t.Helper()
 	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatalf("bad hex %q: %v", s, err)
-	}
+	require.NoError(t, err, "bad hex %q", s)
 	return b
 }
 
@@ -31,40 +29,15 @@ func eid32(s string) (e [EIDLen]byte) {
 	return e
 }
 
-func mustEqual(t *testing.T, got, want any) {
-	t.Helper()
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("\ngot  %+v\nwant %+v", got, want)
-	}
-}
-
-func mustBytes(t *testing.T, got, want []byte) {
-	t.Helper()
-	if !bytes.Equal(got, want) {
-		t.Fatalf("bytes differ\ngot  (%d) % x\nwant (%d) % x", len(got), got, len(want), want)
-	}
-}
-
-func mustNoErr(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("unexpected error: %v", err)
-	}
-}
-
 // mustField checks that err matches ErrProtocol and is a *FieldError for
 // field (empty field: any).
 func mustField(t *testing.T, err error, field string) {
 	t.Helper()
-	if !errors.Is(err, ErrProtocol) {
-		t.Fatalf("error %v does not match ErrProtocol", err)
-	}
+	require.ErrorIs(t, err, ErrProtocol)
 	var fe *FieldError
-	if !errors.As(err, &fe) {
-		t.Fatalf("error %v is not a *FieldError", err)
-	}
-	if field != "" && fe.Field != field {
-		t.Fatalf("error %v: field %q, want %q", err, fe.Field, field)
+	require.ErrorAs(t, err, &fe)
+	if field != "" {
+		require.Equal(t, field, fe.Field, "field of %v", err)
 	}
 }
 

@@ -1,8 +1,10 @@
 package clc
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // v2-only SMC-D proposal (typev1 N, typev2 D), release 1, one UEID, one
@@ -121,18 +123,17 @@ func TestProposalVectors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg, p := tc.vec(t)
-			if len(msg) != tc.wantLen || p.Len() != tc.wantLen {
-				t.Fatalf("vector %d bytes, Len %d, want %d", len(msg), p.Len(), tc.wantLen)
-			}
+			require.Len(t, msg, tc.wantLen, "vector")
+			require.Equal(t, tc.wantLen, p.Len(), "Len")
 			enc, err := p.Append([]byte{0xAA})
-			mustNoErr(t, err)
-			mustBytes(t, enc[1:], msg)
+			require.NoError(t, err)
+			assert.Equal(t, msg, enc[1:])
 			got, err := ParseProposal(msg)
-			mustNoErr(t, err)
-			mustEqual(t, got, p)
+			require.NoError(t, err)
+			assert.Equal(t, p, got)
 			m, err := Parse(msg)
-			mustNoErr(t, err)
-			mustEqual(t, m, Message(p))
+			require.NoError(t, err)
+			assert.Equal(t, Message(p), m)
 		})
 	}
 }
@@ -146,8 +147,8 @@ func TestProposalHonoursOffsets(t *testing.T) {
 	moved := cat(msg[:76], msg[80:220], zeros(4), msg[220:])
 	moved = patch(moved, 50, 0x00, 24) // v2_ext_offset 24: 52+24 = 76
 	got, err := ParseProposal(moved)
-	mustNoErr(t, err)
-	mustEqual(t, got, p)
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
 
 	// Pointing the SMC-Dv2 extension 8 bytes later runs the GID/CHID
 	// list into the trailer.
@@ -193,9 +194,7 @@ func TestProposalRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := ParseProposal(tc.msg)
-			if p != nil {
-				t.Fatalf("parsed %+v", p)
-			}
+			assert.Nil(t, p)
 			mustField(t, err, tc.field)
 		})
 	}
@@ -220,10 +219,9 @@ func TestProposalAppendErrors(t *testing.T) {
 			p := *good
 			tc.mod(&p)
 			b, err := p.Append([]byte{1})
-			if !errors.Is(err, ErrEncode) || errors.Is(err, ErrProtocol) {
-				t.Fatalf("error %v: want ErrEncode only", err)
-			}
-			mustBytes(t, b, []byte{1})
+			assert.ErrorIs(t, err, ErrEncode)
+			assert.NotErrorIs(t, err, ErrProtocol)
+			assert.Equal(t, []byte{1}, b)
 		})
 	}
 	// Maximal proposal: every list full, exactly MaxProposalLen.
@@ -232,13 +230,12 @@ func TestProposalAppendErrors(t *testing.T) {
 	p.UEIDs = make([][EIDLen]byte, MaxUEIDs)
 	p.ISMv2 = make([]GIDCHID, MaxV2GIDEntries)
 	b, err := p.Append(nil)
-	mustNoErr(t, err)
-	if len(b) != MaxProposalLen || p.Len() != MaxProposalLen {
-		t.Fatalf("max proposal %d bytes, Len %d, want %d", len(b), p.Len(), MaxProposalLen)
-	}
+	require.NoError(t, err)
+	assert.Len(t, b, MaxProposalLen, "max proposal")
+	assert.Equal(t, MaxProposalLen, p.Len(), "max proposal Len")
 	got, err := ParseProposal(b)
-	mustNoErr(t, err)
-	mustEqual(t, got, &p)
+	require.NoError(t, err)
+	assert.Equal(t, &p, got)
 }
 
 // Parts that the offered paths exclude are neither encoded nor decoded.
@@ -246,35 +243,28 @@ func TestProposalIgnoresAbsentParts(t *testing.T) {
 	p := &Proposal{Version: 2, TypeV1: PathN, TypeV2: PathN,
 		ISMGID: 7, IPv6Prefixes: make([]IPv6Prefix, 20), UEIDs: make([][EIDLen]byte, 20)}
 	b, err := p.Append(nil)
-	mustNoErr(t, err)
-	if len(b) != 84 {
-		t.Fatalf("len %d, want 84", len(b))
-	}
+	require.NoError(t, err)
+	assert.Len(t, b, 84)
 	got, err := ParseProposal(b)
-	mustNoErr(t, err)
-	mustEqual(t, got, &Proposal{Version: 2, TypeV1: PathN, TypeV2: PathN})
+	require.NoError(t, err)
+	assert.Equal(t, &Proposal{Version: 2, TypeV1: PathN, TypeV2: PathN}, got)
 }
 
 func TestISMDevices(t *testing.T) {
 	var p Proposal
-	if !p.AddISMDevice(1, 0, 0x0100) || !p.AddISMDevice(2, 3, CHIDLoopback) {
-		t.Fatal("add failed")
-	}
+	require.True(t, p.AddISMDevice(1, 0, 0x0100), "add native device")
+	require.True(t, p.AddISMDevice(2, 3, CHIDLoopback), "add emulated device")
 	for i := 0; i < 4; i++ {
 		p.AddISMDevice(uint64(10+i), 0, uint16(0x200+i))
 	}
 	// 7 entries used: an emulated device does not fit, a native one does.
-	if p.AddISMDevice(4, 5, 0xFF01) {
-		t.Fatal("emulated device added with one slot left")
-	}
-	if !p.AddISMDevice(20, 0, 0x0300) || p.AddISMDevice(21, 0, 0x0301) {
-		t.Fatal("native device handling at the limit")
-	}
+	assert.False(t, p.AddISMDevice(4, 5, 0xFF01), "emulated device added with one slot left")
+	assert.True(t, p.AddISMDevice(20, 0, 0x0300), "native device into the last slot")
+	assert.False(t, p.AddISMDevice(21, 0, 0x0301), "native device beyond the limit")
 	devs := p.ISMDevices()
-	if len(devs) != 7 || devs[1] != (ISMDevice{GID: 2, GIDExt: 3, CHID: CHIDLoopback}) {
-		t.Fatalf("devices %+v", devs)
-	}
+	require.Len(t, devs, 7)
+	assert.Equal(t, ISMDevice{GID: 2, GIDExt: 3, CHID: CHIDLoopback}, devs[1])
 	// A lone emulated entry, or one followed by another CHID, is skipped.
 	p.ISMv2 = []GIDCHID{{1, 0xFFFF}, {2, 0x0001}, {3, 0xFF00}}
-	mustEqual(t, p.ISMDevices(), []ISMDevice{{GID: 2, CHID: 1}})
+	assert.Equal(t, []ISMDevice{{GID: 2, CHID: 1}}, p.ISMDevices())
 }

@@ -2,10 +2,12 @@ package clc
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"os"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestReadMsgSequence(t *testing.T) {
@@ -15,30 +17,24 @@ func TestReadMsgSequence(t *testing.T) {
 	buf := make([]byte, 0, MaxProposalLen)
 
 	typ, msg, err := ReadMsg(r, TypeProposal, buf)
-	mustNoErr(t, err)
-	if typ != TypeProposal || &msg[0] != &buf[:1][0] {
-		t.Fatalf("type %v, buffer not reused", typ)
-	}
-	mustBytes(t, msg, prop)
+	require.NoError(t, err)
+	assert.Equal(t, TypeProposal, typ)
+	assert.Same(t, &buf[:1][0], &msg[0], "buffer not reused")
+	assert.Equal(t, prop, msg)
 
 	// A Decline is always acceptable, whatever was expected.
 	typ, msg, err = ReadMsg(r, TypeAccept, nil)
-	mustNoErr(t, err)
-	if typ != TypeDecline {
-		t.Fatalf("type %v", typ)
-	}
-	mustBytes(t, msg, decl)
+	require.NoError(t, err)
+	assert.Equal(t, TypeDecline, typ)
+	assert.Equal(t, decl, msg)
 	d, err := Parse(msg)
-	mustNoErr(t, err)
-	if d.(*Decline).Code != DeclNoSMCD2Dev {
-		t.Fatalf("decline %+v", d)
-	}
+	require.NoError(t, err)
+	require.IsType(t, &Decline{}, d)
+	assert.Equal(t, DeclNoSMCD2Dev, d.(*Decline).Code, "decline %+v", d)
 
 	// Clean end of stream before a message: io.EOF.
 	_, _, err = ReadMsg(r, TypeAccept, nil)
-	if !errors.Is(err, io.EOF) {
-		t.Fatalf("error %v, want io.EOF", err)
-	}
+	assert.ErrorIs(t, err, io.EOF)
 }
 
 func TestReadMsgRejectsHeader(t *testing.T) {
@@ -65,14 +61,9 @@ func TestReadMsgRejectsHeader(t *testing.T) {
 			}
 			r := bytes.NewReader(tc.msg)
 			_, msg, err := ReadMsg(r, tc.expect, nil)
-			if msg != nil {
-				t.Fatal("message returned with error")
-			}
+			assert.Nil(t, msg, "message returned with error")
 			mustField(t, err, tc.field)
-			// Nothing beyond the header was consumed.
-			if r.Len() != len(tc.msg)-HeaderLen {
-				t.Fatalf("%d bytes left, want %d", r.Len(), len(tc.msg)-HeaderLen)
-			}
+			assert.Equal(t, len(tc.msg)-HeaderLen, r.Len(), "bytes left: nothing beyond the header is consumed")
 		})
 	}
 }
@@ -85,10 +76,9 @@ func TestReadMsgTrailer(t *testing.T) {
 	// Not checked for a Decline.
 	decl := NewDecline(DeclMem, 1).Append(nil)
 	typ, msg, err := ReadMsg(bytes.NewReader(patch(decl, 24, 0, 0, 0, 0)), TypeProposal, nil)
-	mustNoErr(t, err)
-	if typ != TypeDecline || len(msg) != DeclineLenV1 {
-		t.Fatalf("type %v len %d", typ, len(msg))
-	}
+	require.NoError(t, err)
+	assert.Equal(t, TypeDecline, typ)
+	assert.Len(t, msg, DeclineLenV1)
 }
 
 func TestReadMsgOversize(t *testing.T) {
@@ -108,17 +98,13 @@ func TestReadMsgOversize(t *testing.T) {
 			mustField(t, err, "length")
 			// The oversize message was drained: the stream is aligned.
 			typ, msg, err := ReadMsg(r, TypeAccept, nil)
-			mustNoErr(t, err)
-			if typ != TypeDecline {
-				t.Fatalf("next type %v", typ)
-			}
-			mustBytes(t, msg, next)
+			require.NoError(t, err)
+			assert.Equal(t, TypeDecline, typ, "next message")
+			assert.Equal(t, next, msg)
 
 			// Truncated while draining.
 			_, _, err = ReadMsg(bytes.NewReader(big[:len(big)-1]), tc.typ, nil)
-			if !errors.Is(err, io.ErrUnexpectedEOF) {
-				t.Fatalf("error %v, want io.ErrUnexpectedEOF", err)
-			}
+			assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
 		})
 	}
 }
@@ -127,9 +113,8 @@ func TestReadMsgTruncated(t *testing.T) {
 	prop, _ := propV2DOnly(t)
 	for _, n := range []int{1, 7, 8, 9, 100, len(prop) - 1} {
 		_, msg, err := ReadMsg(bytes.NewReader(prop[:n]), TypeProposal, nil)
-		if msg != nil || !errors.Is(err, io.ErrUnexpectedEOF) {
-			t.Fatalf("%d bytes: error %v, want io.ErrUnexpectedEOF", n, err)
-		}
+		assert.Nil(t, msg, "%d bytes", n)
+		assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "%d bytes", n)
 	}
 }
 
@@ -152,8 +137,7 @@ func TestReadMsgPassesReadErrors(t *testing.T) {
 	prop, _ := propV2DOnly(t)
 	for _, n := range []int{0, 4, 20} {
 		_, _, err := ReadMsg(&errReader{prop[:n], os.ErrDeadlineExceeded}, TypeProposal, nil)
-		if !errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ErrProtocol) {
-			t.Fatalf("%d bytes: error %v, want os.ErrDeadlineExceeded", n, err)
-		}
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "%d bytes", n)
+		assert.NotErrorIs(t, err, ErrProtocol, "%d bytes", n)
 	}
 }

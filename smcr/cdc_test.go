@@ -1,12 +1,12 @@
 package smcr
 
 import (
-	"bytes"
 	"encoding/hex"
-	"errors"
 	"testing"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestCDCLayout(t *testing.T) {
@@ -15,15 +15,13 @@ func TestCDCLayout(t *testing.T) {
 		Prod: cdc.Cursor{Wrap: 0x0708, Count: 0x090a0b0c}, Cons: cdc.Cursor{Wrap: 0x0d0e, Count: 0x0f101112},
 		ProdFlags: cdc.WriteBlocked | cdc.ConsCursUpdReq, ConnFlags: cdc.PeerDoneWriting,
 	}
-	want, _ := hex.DecodeString("fe2c0102030405060000070809" + "0a0b0c" + "00000d0e0f101112" + "9080" + "000000000000000000000000000000000000")
+	want, err := hex.DecodeString("fe2c0102030405060000070809" + "0a0b0c" + "00000d0e0f101112" + "9080" + "000000000000000000000000000000000000")
+	require.NoError(t, err)
 	got := m.Append(nil)
-	if !bytes.Equal(got, want) {
-		t.Fatalf("encoding\n got %x\nwant %x", got, want)
-	}
+	assert.Equal(t, want, got, "encoding")
 	back, err := ParseCDC(append(got, 0, 0, 0, 0)) // in a 48-byte WR buffer
-	if err != nil || *back != *m {
-		t.Fatalf("round trip: %+v %v", back, err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, *m, *back, "round trip")
 }
 
 func TestCDCRejects(t *testing.T) {
@@ -33,9 +31,8 @@ func TestCDCRejects(t *testing.T) {
 		"wrong type":   append([]byte{0xfd}, good[1:]...),
 		"wrong length": append([]byte{0xfe, 48}, good[2:]...),
 	} {
-		if _, err := ParseCDC(b); !errors.Is(err, ErrMalformed) {
-			t.Errorf("%s: %v", name, err)
-		}
+		_, err := ParseCDC(b)
+		assert.ErrorIs(t, err, ErrMalformed, name)
 	}
 }
 
@@ -44,18 +41,12 @@ func TestSequenceAndCursorAge(t *testing.T) {
 		a, b uint16
 		want bool
 	}{{1, 2, true}, {2, 1, false}, {0xffff, 0, true}, {0, 0xffff, false}, {5, 5, false}, {0x8000, 0, true}} {
-		if got := SeqBefore(tc.a, tc.b); got != tc.want {
-			t.Errorf("SeqBefore(%d, %d) = %v", tc.a, tc.b, got)
-		}
+		assert.Equal(t, tc.want, SeqBefore(tc.a, tc.b), "SeqBefore(%d, %d)", tc.a, tc.b)
 	}
 	m := &CDC{Seq: 3}
-	if !m.Stale(4) || m.Stale(3) || m.Stale(2) {
-		t.Error("Stale")
-	}
+	assert.Equal(t, [...]bool{true, false, false}, [...]bool{m.Stale(4), m.Stale(3), m.Stale(2)}, "Stale(4), Stale(3), Stale(2) of sequence 3")
 	m.ProdFlags = cdc.FailoverValidation
-	if m.Stale(4) {
-		t.Error("failover validation must pass a replayed CDC")
-	}
+	assert.False(t, m.Stale(4), "failover validation must pass a replayed CDC")
 	for _, tc := range []struct {
 		cur, next cdc.Cursor
 		want      bool
@@ -66,9 +57,7 @@ func TestSequenceAndCursorAge(t *testing.T) {
 		{cdc.Cursor{Wrap: 2, Count: 5}, cdc.Cursor{Wrap: 3, Count: 0}, false},
 		{cdc.Cursor{Wrap: 0xffff, Count: 5}, cdc.Cursor{Wrap: 0, Count: 0}, false},
 	} {
-		if got := CursorOlder(tc.cur, tc.next); got != tc.want {
-			t.Errorf("CursorOlder(%v, %v) = %v, want %v", tc.cur, tc.next, got, tc.want)
-		}
+		assert.Equal(t, tc.want, CursorOlder(tc.cur, tc.next), "CursorOlder(%v, %v)", tc.cur, tc.next)
 	}
 }
 
@@ -81,8 +70,7 @@ func FuzzParseCDC(f *testing.F) {
 			return
 		}
 		back, err := ParseCDC(m.Append(nil))
-		if err != nil || *back != *m {
-			t.Fatalf("re-encoding of %+v parses as %+v, %v", m, back, err)
-		}
+		require.NoError(t, err, "re-encoding of %+v", m)
+		require.Equal(t, *m, *back, "re-encoding of %+v", m)
 	})
 }

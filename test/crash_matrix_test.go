@@ -22,6 +22,8 @@ import (
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/smcd"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The crash matrix: one side of a connection, in a process of its own, is SIGKILLed at
@@ -255,9 +257,7 @@ func stallClient(t *testing.T, addr string, port, acceptLen int, seed uint64) (p
 		stalled := false
 		waitUntil(t, watchdog, "the Accept queued in a stalled client's socket", func() bool {
 			q, socks, err := tcpRecvQueue(tcpEstablished, 0, port)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if socks == 1 && q >= acceptLen {
 				stalled = true
 				return true
@@ -272,9 +272,9 @@ func stallClient(t *testing.T, addr string, port, acceptLen int, seed uint64) (p
 		if stalled {
 			return p, missed
 		}
-		if line, ok := <-p.lines; !ok || !strings.HasPrefix(line, "MISSED") {
-			t.Fatalf("stalled client exited (%v) without reporting a missed stall; it said %q", p.waitErr, line)
-		}
+		line, ok := <-p.lines
+		require.True(t, ok && strings.HasPrefix(line, "MISSED"),
+			"stalled client exited (%v) without reporting a missed stall; it said %q", p.waitErr, line)
 		for range p.lines {
 		}
 		missed++
@@ -295,22 +295,16 @@ func clcLengths(t *testing.T) (proposal, accept, confirm int) {
 	}
 	prop.AddISMDevice(1, 2, 0xFFFF)
 	p, err := prop.Append(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ac := &clc.AcceptConfirm{
 		Type: clc.TypeAccept, Version: clc.V2, FirstContact: true, CHID: 0xFFFF,
 		FCE: &clc.FirstContactExt{OSType: clc.OSLinux, Release: clc.Release1, FeatureMask: clc.FeatureEmulatedISM},
 	}
 	a, err := ac.Append(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ac.Type = clc.TypeConfirm
 	c, err := ac.Append(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return len(p), len(a), len(c)
 }
 
@@ -455,9 +449,7 @@ func TestCrashMatrix(t *testing.T) {
 // listen starts the survivor's server side.
 func (m *crashMatrix) listen(t *testing.T) {
 	ln, err := smcloop.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	m.ln, m.addr, m.port = ln, ln.Addr().String(), ln.Addr().(*net.TCPAddr).Port
 	m.delivered = make(chan *smcloop.Conn, 64)
 	m.ends = make(chan connEnd, 64)
@@ -556,16 +548,12 @@ func (m *crashMatrix) killClient(t *testing.T, mode string) crashOutcome {
 			time.Sleep(m.delay(crashSpan))
 			break
 		}
-		if !c.UsingSMC() {
-			t.Fatalf("idle client's connection is not SMC-D: %s", c.Mode())
-		}
+		require.True(t, c.UsingSMC(), "idle client's connection is not SMC-D: %s", c.Mode())
 		waitUntil(t, watchdog, "the survivor's Read asleep", func() bool { return c.Stats().Sleeps > 0 })
 	}
 	atKill := m.ln.Stats()
 	o := crashOutcome{killed: p.kill()}
-	if atKill.HandshakeErrs != st0.HandshakeErrs {
-		t.Fatalf("a server handshake failed before the client was killed")
-	}
+	require.Equal(t, st0.HandshakeErrs, atKill.HandshakeErrs, "server handshakes failed before the client was killed")
 	p.wait()
 	for range p.lines { // the reader is done once the lines are
 	}
@@ -581,9 +569,7 @@ func (m *crashMatrix) killClient(t *testing.T, mode string) crashOutcome {
 			select {
 			case e := <-m.ends:
 				ended++
-				if e.at.Before(o.killed) {
-					t.Errorf("the survivor's echo over %s ended before the kill: %v", e.mode, e.err)
-				}
+				assert.False(t, e.at.Before(o.killed), "the survivor's echo over %s ended before the kill: %v", e.mode, e.err)
 				if o.failed.IsZero() || e.at.Before(o.failed) {
 					o.failed, o.what = e.at, fmt.Sprintf("echo over accepted %s: %v", e.mode, e.err)
 				}
@@ -597,9 +583,7 @@ func (m *crashMatrix) killClient(t *testing.T, mode string) crashOutcome {
 			hsErrAt = time.Now()
 		}
 		backlog, _, err := tcpRecvQueue(tcpListen, m.port, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		delivered := st.SMC + st.Fallback - st0.SMC - st0.Fallback
 		if backlog == 0 && st.PendingNow == 0 && st.HandshakingNow == 0 && uint64(ended) == delivered {
 			break
@@ -664,9 +648,7 @@ func (m *crashMatrix) killServer(t *testing.T, mode string) crashOutcome {
 		case <-time.After(watchdog):
 			t.Fatalf("the kill did not come within %v", watchdog)
 		}
-		if o.failed.Before(o.killed) {
-			t.Errorf("the survivor failed before the kill: %s", o.what)
-		}
+		assert.False(t, o.failed.Before(o.killed), "the survivor failed before the kill: %s", o.what)
 		p.wait()
 		for range p.lines {
 		}
@@ -675,13 +657,9 @@ func (m *crashMatrix) killServer(t *testing.T, mode string) crashOutcome {
 
 	start := time.Now()
 	c, err := smcloop.Dial("tcp", addr)
-	if err != nil {
-		t.Fatalf("Dial: %v", err)
-	}
+	require.NoError(t, err, "Dial")
 	m.hs = min(m.hs, time.Since(start))
-	if !c.UsingSMC() {
-		t.Fatalf("connection is not SMC-D: %s", c.Mode())
-	}
+	require.True(t, c.UsingSMC(), "connection is not SMC-D: %s", c.Mode())
 	switch mode {
 	case "echo":
 		done := make(chan struct{})
@@ -698,9 +676,7 @@ func (m *crashMatrix) killServer(t *testing.T, mode string) crashOutcome {
 		waitAsleep(t, c, 0, pending)
 		o.killed = p.kill()
 		r := await(t, "Read on a killed server", pending)
-		if r.err == nil {
-			t.Errorf("Read on a killed server returned %d bytes and no error", r.n)
-		}
+		assert.Error(t, r.err, "Read on a killed server returned %d bytes", r.n)
 		fail(r.at, "Read over "+c.Mode(), r.err)
 		c.Close()
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/ism"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestDeviceSocketLeak: clients that die after the server's device reached theirs
@@ -23,9 +25,7 @@ func TestDeviceSocketLeak(t *testing.T) {
 	}
 	_, acceptLen, _ := clcLengths(t)
 	ln, err := smcloop.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	addr := ln.Addr().String()
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -80,9 +80,7 @@ func TestDeviceSocketLeak(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if terminated < uint64(clients) {
-		t.Errorf("%d of %d link groups with dead clients terminated within %v", terminated, clients, settleTimeout)
-	}
+	assert.GreaterOrEqual(t, terminated, uint64(clients), "link groups with dead clients terminated within %v", settleTimeout)
 	checkFlat(t, "server", 0, base, fmt.Sprintf("%d clients died in the handshake", clients))
 	waitGoroutines(t, settleTimeout, baseG)
 }
@@ -111,9 +109,7 @@ func waitGoroutines(t *testing.T, timeout time.Duration, base int) {
 // EventPeerGone for each and releases its connections to them.
 func TestDevicePeerHangup(t *testing.T) {
 	a, err := ism.Open(ism.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer a.Close()
 	gone := make(chan ism.GID, 1)
 	a.SetEventHandler(func(from ism.GID, code uint32, _ uint64) {
@@ -130,24 +126,16 @@ func TestDevicePeerHangup(t *testing.T) {
 			base, baseG = measure(t, 0), runtime.NumGoroutine()
 		}
 		b, err := ism.Open(ism.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.QueryRemoteGID(b.GID()); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, a.QueryRemoteGID(b.GID()))
 		b.Close()
 		select {
 		case g := <-gone:
-			if g != b.GID() {
-				t.Fatalf("EventPeerGone for %s, want %s", g, b.GID())
-			}
+			require.Equal(t, b.GID(), g, "EventPeerGone")
 		case <-time.After(settleTimeout):
-			t.Fatalf("no EventPeerGone for %s within %v of its close", b.GID(), settleTimeout)
+			require.FailNow(t, "no EventPeerGone", "for %s within %v of its close", b.GID(), settleTimeout)
 		}
-		if err := a.QueryRemoteGID(b.GID()); err == nil {
-			t.Fatalf("QueryRemoteGID of a closed device succeeded")
-		}
+		require.Error(t, a.QueryRemoteGID(b.GID()), "QueryRemoteGID of a closed device")
 	}
 	checkFlat(t, "device", 0, base, fmt.Sprintf("%d queried devices closed", devices))
 	waitGoroutines(t, settleTimeout, baseG)

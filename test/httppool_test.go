@@ -125,9 +125,9 @@ func poolConnections(t *testing.T, kind string, maxIdle int) int {
 
 // TestHTTPTransportConnections: with smcloop.DialContext, http.Transport opens no more
 // connections than with TCP under the same load, with room in the pool for every
-// worker's connection (TCP then opens one per worker). A dial that waited for the CLC
-// handshake opened 2-3 times as many: DialContext returns once the TCP connection is up
-// and the handshake runs in the background. Three rounds each, summed. (With fewer idle
+// worker's connection (TCP then opens one per worker): DialContext returns once the TCP
+// connection is up and the handshake runs in the background, so a dial takes TCP's time
+// and the pool has no reason to dial again meanwhile. Three rounds each, summed. (With fewer idle
 // connections allowed than workers, net/http's default of 2, the pool closes and redials
 // connections for either transport, as often as scheduling has it.)
 func TestHTTPTransportConnections(t *testing.T) {

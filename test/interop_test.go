@@ -13,6 +13,7 @@ import (
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/clc"
+	"github.com/stretchr/testify/require"
 )
 
 // The interop matrix: smcloop and plain net peers, in separate processes, with a
@@ -216,35 +217,24 @@ func interopMatrix(t *testing.T, network string) {
 				check := func(p *peer, w *want) {
 					f := strings.Fields(p.expect("RESULT"))
 					if w == nil {
-						if len(f) != 1 || f[0] != "plain" {
-							t.Fatalf("%s side: %q", p.role, f)
-						}
+						require.Equal(t, []string{"plain"}, f, "%s side", p.role)
 						return
 					}
-					if len(f) != 5 {
-						t.Fatalf("%s side: %q", p.role, f)
-					}
+					require.Len(t, f, 5, "%s side: %q", p.role, f)
 					got := fmt.Sprintf("%s %s %s", f[0], f[1], f[2])
 					exp := fmt.Sprintf("%v %#x %#x", w.smc, w.local, w.peer)
-					if got != exp {
-						t.Fatalf("%s side reports smc/local/peer %q, want %q", p.role, got, exp)
-					}
+					require.Equal(t, exp, got, "%s side reports smc/local/peer", p.role)
 					tcpBytes, smcBytes := f[3], f[4]
-					if w.smc && tcpBytes != "0" {
-						t.Fatalf("%s side: %s application bytes crossed TCP on an SMC connection", p.role, tcpBytes)
-					}
-					if !w.smc && smcBytes != "0" {
-						t.Fatalf("%s side: %s bytes through SMC on a TCP connection", p.role, smcBytes)
+					if w.smc {
+						require.Equal(t, "0", tcpBytes, "%s side: application bytes across TCP on an SMC connection", p.role)
+					} else {
+						require.Equal(t, "0", smcBytes, "%s side: bytes through SMC on a TCP connection", p.role)
 					}
 				}
 				check(cli, tc.clientWant)
 				check(srv, tc.serverWant)
-				if err := cli.wait(); err != nil {
-					t.Fatalf("client: %v", err)
-				}
-				if err := srv.wait(); err != nil {
-					t.Fatalf("server: %v", err)
-				}
+				require.NoError(t, cli.wait(), "client")
+				require.NoError(t, srv.wait(), "server")
 			})
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // echoRoundTrip sends data on c in random-sized writes while it reads the echo, shuts
@@ -77,21 +79,19 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 		datas[i] = payload(seed+uint64(i), size)
 		wg.Go(func() {
 			c, err := smcloop.Dial("tcp", addr)
-			if err != nil {
-				t.Errorf("conn %d: Dial: %v", i, err)
+			if !assert.NoError(t, err, "conn %d: Dial", i) {
 				return
 			}
 			cs[i] = c
-			if !c.UsingSMC() {
-				t.Errorf("conn %d not on SMC: %s", i, c.Mode())
+			if !assert.True(t, c.UsingSMC(), "conn %d not on SMC: %s", i, c.Mode()) {
 				return
 			}
 			c.SetDeadline(time.Now().Add(5 * time.Minute)) // watchdog
 			var b [1]byte
-			if _, err := c.Write(datas[i][:1]); err != nil {
-				t.Errorf("conn %d: Write: %v", i, err)
-			} else if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != datas[i][0] {
-				t.Errorf("conn %d: echo of the first byte: %#x, %v; want %#x", i, b[0], err, datas[i][0])
+			if _, err := c.Write(datas[i][:1]); assert.NoError(t, err, "conn %d: Write", i) {
+				_, err := io.ReadFull(c, b[:])
+				assert.NoError(t, err, "conn %d: echo of the first byte", i)
+				assert.Equal(t, datas[i][0], b[0], "conn %d: echo of the first byte", i)
 			}
 		})
 	}
@@ -126,9 +126,12 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 			ourSlabs++
 		}
 	}
-	if peerOwn != conns*dmb || peersMappedHere != conns*dmb || oursMappedThere != conns*dmb || len(peerFDs) != 1 || ourSlabs != 1 {
-		t.Fatalf("with %d connections open the peer maps %d DMBs of its own (in %d slabs), %d of them are mapped here, and it maps %d of ours (from %d of our slabs); want %d each, in one slab",
-			conns, peerOwn/dmb, len(peerFDs), peersMappedHere/dmb, oursMappedThere/dmb, ourSlabs, conns)
+	require.Equal(t, [...]int64{conns, conns, conns, 1, 1},
+		[...]int64{peerOwn / dmb, peersMappedHere / dmb, oursMappedThere / dmb, int64(len(peerFDs)), int64(ourSlabs)},
+		"with %d connections open: DMBs the peer maps of its own, of those mapped here, of ours the peer maps; "+
+			"the peer's slabs, ours it maps", conns)
+	for _, b := range []int64{peerOwn, peersMappedHere, oursMappedThere} {
+		require.Zero(t, b%dmb, "mapped bytes %d: not whole DMBs", b)
 	}
 
 	for i, c := range cs {
@@ -136,19 +139,12 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 			data := datas[i]
 			rest, err := echoRoundTrip(c, data[1:], rand.New(rand.NewPCG(seed, uint64(i))))
 			got := append(data[:1:1], rest...)
-			if err != nil {
-				t.Errorf("conn %d: %v", i, err)
-			}
-			if d := firstDiff(got, data); d >= 0 {
-				t.Errorf("conn %d: echo differs from byte %d on (got %d bytes, want %d)", i, d, len(got), len(data))
-			}
+			assert.NoError(t, err, "conn %d", i)
+			assert.Equal(t, -1, firstDiff(got, data), "conn %d: first byte where the echo differs (got %d bytes, want %d)", i, len(got), len(data))
 			s := c.Stats()
-			if s.TCPBytesSent != 0 || s.TCPBytesRecv != 0 || s.SMCBytesSent != size || s.SMCBytesRecv != size {
-				t.Errorf("conn %d: stats %+v; want %d SMC bytes each way and none on TCP", i, s, size)
-			}
-			if err := c.Close(); err != nil {
-				t.Errorf("conn %d: Close: %v", i, err)
-			}
+			assert.Equal(t, [...]uint64{0, 0, size, size}, [...]uint64{s.TCPBytesSent, s.TCPBytesRecv, s.SMCBytesSent, s.SMCBytesRecv},
+				"conn %d: TCP bytes sent and received, SMC bytes sent and received", i)
+			assert.NoError(t, c.Close(), "conn %d: Close", i)
 		})
 	}
 	wg.Wait()
@@ -156,9 +152,7 @@ func TestManyConnsAcrossProcesses(t *testing.T) {
 	for range conns {
 		var r echoReport
 		p.expectJSON("ECHO", &r)
-		if err := checkEcho(r, size); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, checkEcho(r, size))
 	}
 	p.exit()
 }

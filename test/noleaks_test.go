@@ -10,6 +10,7 @@ import (
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/shm"
+	"github.com/stretchr/testify/require"
 )
 
 // fdSlack is what the Go runtime may open on its own between two counts.
@@ -40,9 +41,7 @@ func measure(t *testing.T, pid int) resources {
 		s, err = dmbFDInodes(pid)
 		r.dmbFDs = len(s)
 	}
-	if err != nil {
-		t.Fatalf("measuring process %d: %v", pid, err)
-	}
+	require.NoError(t, err, "measuring process %d", pid)
 	return r
 }
 
@@ -99,29 +98,17 @@ func waitNoRefs(t *testing.T, inodes inodeSet) {
 func echoOnce(t *testing.T, p *peer, addr string, data []byte) {
 	t.Helper()
 	c, err := smcloop.Dial("tcp", addr)
-	if err != nil {
-		t.Fatalf("Dial: %v", err)
-	}
+	require.NoError(t, err, "Dial")
 	defer c.Close()
-	if !c.UsingSMC() {
-		t.Fatalf("not on SMC: %s", c.Mode())
-	}
+	require.True(t, c.UsingSMC(), "not on SMC: %s", c.Mode())
 	c.SetDeadline(time.Now().Add(watchdog))
 	got, err := echoRoundTrip(c, data, rand.New(rand.NewPCG(uint64(len(data)), 0)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := firstDiff(got, data); d >= 0 {
-		t.Fatalf("echo differs from byte %d on (got %d bytes, want %d)", d, len(got), len(data))
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, -1, firstDiff(got, data), "first byte where the echo differs (got %d bytes, want %d)", len(got), len(data))
+	require.NoError(t, c.Close(), "Close")
 	var r echoReport
 	p.expectJSON("ECHO", &r)
-	if err := checkEcho(r, len(data)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, checkEcho(r, len(data)))
 }
 
 func TestNoLeaks(t *testing.T) {
@@ -164,9 +151,8 @@ func TestNoLeaks(t *testing.T) {
 		pid := p.pid()
 		data := payload(seed, 5000)
 		p.send("read %d", len(data))
-		if _, err := c.Write(data); err != nil {
-			t.Fatal(err)
-		}
+		_, err := c.Write(data)
+		require.NoError(t, err)
 		p.reply("read")
 		p.send("write %d %d", len(data), seed+1)
 		wantBytes(t, "child→parent", readFull(t, c, len(data)), payload(seed+1, len(data)))
@@ -175,9 +161,8 @@ func TestNoLeaks(t *testing.T) {
 		peerFDs, peerMaps := dmbInodes(t, pid)
 		ourFDs, ourMaps := dmbInodes(t, 0)
 		// The peer owns one DMB (a memfd it holds open) and maps it and ours.
-		if len(peerFDs) != 1 || len(peerMaps) != 2 {
-			t.Fatalf("peer holds DMB memfds %v and maps %v; want 1 and 2", peerFDs, peerMaps)
-		}
+		require.Len(t, peerFDs, 1, "DMB memfds the peer holds")
+		require.Len(t, peerMaps, 2, "DMBs the peer maps")
 		dmbs := inodeSet{}
 		var peerDMB, ourDMB uint64
 		for ino := range peerMaps {
@@ -188,9 +173,11 @@ func TestNoLeaks(t *testing.T) {
 				ourDMB = ino
 			}
 		}
-		if peerDMB == 0 || ourDMB == 0 || !ourFDs[ourDMB] || !ourMaps[ourDMB] || !ourMaps[peerDMB] || ourFDs[peerDMB] {
-			t.Fatalf("DMB inodes: peer's %d, ours %d; we hold memfds %v and map %v", peerDMB, ourDMB, ourFDs, ourMaps)
-		}
+		require.NotZero(t, peerDMB, "the peer's DMB inode")
+		require.NotZero(t, ourDMB, "our DMB inode")
+		require.True(t, ourFDs[ourDMB] && ourMaps[ourDMB] && ourMaps[peerDMB] && !ourFDs[peerDMB],
+			"DMB inodes: peer's %d, ours %d; we must hold a memfd of ours only and map both, we hold memfds %v and map %v",
+			peerDMB, ourDMB, ourFDs, ourMaps)
 		t.Logf("peer's DMB is inode %d, ours %d", peerDMB, ourDMB)
 
 		// The scan must see what is there, or its silence later proves nothing.
@@ -216,24 +203,18 @@ func TestNoLeaks(t *testing.T) {
 			for _, r := range refs {
 				found = found || r.pid == want.pid && r.ino == want.ino && strings.HasPrefix(r.what, want.kind)
 			}
-			if !found {
-				t.Fatalf("scan of /proc missed %s of inode %d in pid %d; found %v", want.kind, want.ino, want.pid, refs)
-			}
+			require.True(t, found, "scan of /proc missed %s of inode %d in pid %d; found %v", want.kind, want.ino, want.pid, refs)
 		}
 
 		if kill {
 			p.kill()
-			if err := p.wait(); err == nil {
-				t.Fatal("killed peer exited cleanly")
-			}
+			require.Error(t, p.wait(), "killed peer exited cleanly")
 		} else {
 			p.do("close")
 			wantEOF(t, c)
 			p.exit()
 		}
-		if err := c.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
+		require.NoError(t, c.Close(), "Close")
 		waitNoRefs(t, dmbs)
 	}
 	t.Run("b_peer_exits_cleanly", func(t *testing.T) { memoryGone(t, false) })
@@ -244,9 +225,7 @@ func TestNoLeaks(t *testing.T) {
 	t.Run("d_peer_processes_come_and_go", func(t *testing.T) {
 		// Open the process's ISM device first: it lives as long as the process.
 		ln, err := smcloop.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ln.Close()
 		base := measure(t, 0)
 		t.Logf("baseline: %+v", base)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop"
+	"github.com/stretchr/testify/require"
 )
 
 // lineTimeout bounds every wait for a line from a peer process. It is a watchdog, not
@@ -61,9 +62,7 @@ func startProcess(t *testing.T, role string, args []string, env ...string) *peer
 	t.Helper()
 	p := &peer{t: t, role: role, lines: make(chan string, 64), exited: make(chan struct{}), stop: make(chan struct{})}
 	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
@@ -120,9 +119,8 @@ func (p *peer) pid() int { return p.cmd.Process.Pid }
 // send writes one command line to the peer.
 func (p *peer) send(format string, args ...any) {
 	p.t.Helper()
-	if _, err := fmt.Fprintf(p.stdin, format+"\n", args...); err != nil {
-		p.t.Fatalf("%s peer: sending %q: %v", p.role, fmt.Sprintf(format, args...), err)
-	}
+	_, err := fmt.Fprintf(p.stdin, format+"\n", args...)
+	require.NoError(p.t, err, "%s peer: sending %q", p.role, fmt.Sprintf(format, args...))
 }
 
 // expect returns the rest of the next line from the peer, which must be
@@ -156,9 +154,7 @@ func (p *peer) expect(prefix string) string {
 func (p *peer) expectJSON(prefix string, v any) {
 	p.t.Helper()
 	line := p.expect(prefix)
-	if err := json.Unmarshal([]byte(line), v); err != nil {
-		p.t.Fatalf("%s peer: %s line %q: %v", p.role, prefix, line, err)
-	}
+	require.NoError(p.t, json.Unmarshal([]byte(line), v), "%s peer: %s line %q", p.role, prefix, line)
 }
 
 // addr waits for the peer's listening address.
@@ -191,9 +187,8 @@ func (p *peer) stats() smcloop.ConnStats {
 func (p *peer) parseStats(f []string) smcloop.ConnStats {
 	p.t.Helper()
 	var s smcloop.ConnStats
-	if len(f) != 1 || json.Unmarshal([]byte(f[0]), &s) != nil {
-		p.t.Fatalf("%s peer: bad stats reply %q", p.role, f)
-	}
+	require.Len(p.t, f, 1, "%s peer: stats reply %q", p.role, f)
+	require.NoError(p.t, json.Unmarshal([]byte(f[0]), &s), "%s peer: stats reply %q", p.role, f)
 	return s
 }
 
@@ -201,9 +196,7 @@ func (p *peer) parseStats(f []string) smcloop.ConnStats {
 func (p *peer) kill() time.Time {
 	p.t.Helper()
 	at := time.Now()
-	if err := p.cmd.Process.Kill(); err != nil {
-		p.t.Fatalf("killing the %s peer: %v", p.role, err)
-	}
+	require.NoError(p.t, p.cmd.Process.Kill(), "killing the %s peer", p.role)
 	return at
 }
 
@@ -223,9 +216,7 @@ func (p *peer) wait() error {
 func (p *peer) exit() {
 	p.t.Helper()
 	p.send("exit")
-	if err := p.wait(); err != nil {
-		p.t.Fatalf("%s peer exited with %v", p.role, err)
-	}
+	require.NoError(p.t, p.wait(), "%s peer exit", p.role)
 }
 
 type lockedBuffer struct {
@@ -250,13 +241,10 @@ func (b *lockedBuffer) String() string {
 func dial(t *testing.T, addr string) *smcloop.Conn {
 	t.Helper()
 	c, err := smcloop.Dial("tcp", addr)
-	if err != nil {
-		t.Fatalf("Dial %s: %v", addr, err)
-	}
+	require.NoError(t, err, "Dial %s", addr)
 	t.Cleanup(func() { c.Close() })
-	if !c.UsingSMC() || c.Mode() != "SMCD" {
-		t.Fatalf("connection to %s is not SMC-D: %s", addr, c.Mode())
-	}
+	require.True(t, c.UsingSMC(), "connection to %s is not SMC: %s", addr, c.Mode())
+	require.Equal(t, "SMCD", c.Mode(), "connection to %s", addr)
 	return c
 }
 
@@ -266,9 +254,7 @@ func testSeed(t *testing.T) uint64 {
 	t.Helper()
 	if v, ok := testEnv[seedEnv]; ok {
 		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", seedEnv, v, err)
-		}
+		require.NoError(t, err, "%s=%q", seedEnv, v)
 		t.Logf("seed %d (from %s)", s, seedEnv)
 		return s
 	}
@@ -376,12 +362,9 @@ func linkInode(path, substr string) (uint64, bool) {
 func dmbInodes(t testing.TB, pid int) (fds, maps inodeSet) {
 	t.Helper()
 	fds, err := dmbFDInodes(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if maps, err = dmbMapInodes(pid); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	maps, err = dmbMapInodes(pid)
+	require.NoError(t, err)
 	return fds, maps
 }
 
@@ -423,16 +406,14 @@ func dmbMapInodes(pid int) (inodeSet, error) {
 func dmbMapBytes(t testing.TB, pid int) map[uint64]int64 {
 	t.Helper()
 	lines, err := mapsLines(pid, dmbName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := map[uint64]int64{}
 	for _, l := range lines {
 		ino, ok := mapsInode(l)
 		var lo, hi uint64
-		if _, err := fmt.Sscanf(strings.Fields(l)[0], "%x-%x", &lo, &hi); !ok || err != nil {
-			t.Fatalf("maps line %q: %v", l, err)
-		}
+		_, err := fmt.Sscanf(strings.Fields(l)[0], "%x-%x", &lo, &hi)
+		require.True(t, ok, "maps line %q: no inode", l)
+		require.NoError(t, err, "maps line %q", l)
 		out[ino] += int64(hi - lo)
 	}
 	return out

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // watchdog bounds a blocking call a test expects to return: past it the test fails
@@ -24,24 +25,19 @@ func scriptConn(t *testing.T) (*peer, *smcloop.Conn, smcloop.ConnStats) {
 	p := startPeer(t, "script")
 	c := dial(t, p.addr())
 	ps := p.parseStats(p.do("accept"))
-	if !ps.SMC {
-		t.Fatalf("peer's end is not on SMC: %+v", ps)
-	}
-	if s := c.Stats(); s.PeerRMBSize != ps.RMBSize || ps.PeerRMBSize != s.RMBSize {
-		t.Fatalf("DMB sizes disagree: ours %d, peer's %d as we see it; peer: ours %d, its own %d",
-			s.RMBSize, s.PeerRMBSize, ps.PeerRMBSize, ps.RMBSize)
-	}
+	require.True(t, ps.SMC, "peer's end is not on SMC: %+v", ps)
+	s := c.Stats()
+	require.Equal(t, ps.RMBSize, s.PeerRMBSize, "the peer's DMB size, as it and we see it")
+	require.Equal(t, s.RMBSize, ps.PeerRMBSize, "our DMB size, as we and the peer see it")
 	return p, c, ps
 }
 
 // wantBytes checks got against want and names the first byte that differs.
 func wantBytes(t *testing.T, what string, got, want []byte) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d bytes, want %d", what, len(got), len(want))
-	}
+	require.Len(t, got, len(want), what)
 	if i := firstDiff(got, want); i >= 0 {
-		t.Fatalf("%s: byte %d is %#02x, want %#02x", what, i, got[i], want[i])
+		require.Equal(t, want[i], got[i], "%s: byte %d", what, i)
 	}
 }
 
@@ -63,9 +59,8 @@ func readFull(t *testing.T, c *smcloop.Conn, n int) []byte {
 	c.SetReadDeadline(time.Now().Add(watchdog))
 	defer c.SetReadDeadline(time.Time{})
 	b := make([]byte, n)
-	if got, err := io.ReadFull(c, b); err != nil {
-		t.Fatalf("read %d of %d bytes: %v", got, n, err)
-	}
+	got, err := io.ReadFull(c, b)
+	require.NoError(t, err, "read %d of %d bytes", got, n)
 	return b
 }
 
@@ -75,9 +70,9 @@ func wantEOF(t *testing.T, c *smcloop.Conn) {
 	c.SetReadDeadline(time.Now().Add(watchdog))
 	defer c.SetReadDeadline(time.Time{})
 	var b [64]byte
-	if n, err := c.Read(b[:]); n != 0 || err != io.EOF {
-		t.Fatalf("Read = %d, %v; want 0, io.EOF", n, err)
-	}
+	n, err := c.Read(b[:])
+	require.Zero(t, n, "Read at the end")
+	require.True(t, err == io.EOF, "Read at the end: %v, want io.EOF itself", err)
 }
 
 // ioResult is the outcome of a Read or Write run on its own goroutine, with the time
@@ -148,24 +143,19 @@ func TestCrossProcessSemantics(t *testing.T) {
 		wantBytes(t, "child→parent", readFull(t, c, n), payload(seed, n))
 		wantEOF(t, c)
 		wantEOF(t, c) // EOF is sticky
-		if f := p.reply("write"); f[0] != strconv.Itoa(n) {
-			t.Fatalf("child wrote %s bytes, want %d", f[0], n)
-		}
+		assert.Equal(t, strconv.Itoa(n), p.reply("write")[0], "bytes the child wrote")
 		p.reply("closewrite")
 
 		m := 2*(c.Stats().PeerRMBSize-cdc.AreaSize) + 5
 		data := payload(seed+1, m)
 		p.send("read %d", m)
 		c.SetWriteDeadline(time.Now().Add(watchdog))
-		if w, err := c.Write(data); err != nil || w != m {
-			t.Fatalf("Write after the peer's CloseWrite = %d, %v; want %d, nil", w, err, m)
-		}
-		if f := p.reply("read"); f[0] != strconv.Itoa(m) || f[1] != sha(data) {
-			t.Fatalf("child read %s bytes with SHA-256 %s, want %d, %s", f[0], f[1], m, sha(data))
-		}
-		if err := c.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
+		w, err := c.Write(data)
+		require.NoError(t, err, "Write after the peer's CloseWrite")
+		require.Equal(t, m, w, "Write after the peer's CloseWrite")
+		f := p.reply("read")
+		assert.Equal(t, []string{strconv.Itoa(m), sha(data)}, f[:2], "bytes the child read and their SHA-256")
+		require.NoError(t, c.Close(), "Close")
 		p.do("close")
 		p.exit()
 	})
@@ -180,16 +170,13 @@ func TestCrossProcessSemantics(t *testing.T) {
 		var b [16]byte
 		n, err := c.Read(b[:])
 		elapsed := time.Since(start)
-		if n != 0 || !isTimeout(err) {
-			t.Fatalf("Read with a %v deadline = %d, %v; want 0 and a timeout", d, n, err)
-		}
-		if elapsed < d {
-			t.Fatalf("Read timed out after %v, before its %v deadline", elapsed, d)
-		}
+		require.Zero(t, n, "Read with a %v deadline", d)
+		require.True(t, isTimeout(err), "Read with a %v deadline: %v, want a timeout", d, err)
+		require.GreaterOrEqual(t, elapsed, d, "Read timed out before its deadline")
 		t.Logf("timed out after %v", elapsed)
-		if n, err := c.Read(b[:]); n != 0 || !isTimeout(err) { // still past the deadline
-			t.Fatalf("second Read past the deadline = %d, %v; want 0 and a timeout", n, err)
-		}
+		n, err = c.Read(b[:]) // still past the deadline
+		require.Zero(t, n, "second Read past the deadline")
+		require.True(t, isTimeout(err), "second Read past the deadline: %v, want a timeout", err)
 
 		// A deadline moved into the past wakes a Read already blocked.
 		c.SetReadDeadline(time.Time{})
@@ -197,9 +184,9 @@ func TestCrossProcessSemantics(t *testing.T) {
 		pending := goRead(c, b[:])
 		waitAsleep(t, c, before, pending)
 		c.SetReadDeadline(time.Now())
-		if r := await(t, "blocked Read after SetReadDeadline(now)", pending); r.n != 0 || !isTimeout(r.err) {
-			t.Fatalf("blocked Read after SetReadDeadline(now) = %d, %v; want 0 and a timeout", r.n, r.err)
-		}
+		r := await(t, "blocked Read after SetReadDeadline(now)", pending)
+		require.Zero(t, r.n, "blocked Read after SetReadDeadline(now)")
+		require.True(t, isTimeout(r.err), "blocked Read after SetReadDeadline(now): %v, want a timeout", r.err)
 
 		c.SetReadDeadline(time.Time{})
 		const k = 1000
@@ -208,15 +195,12 @@ func TestCrossProcessSemantics(t *testing.T) {
 		p.reply("write")
 		data := payload(seed+1, k)
 		p.send("read %d", k)
-		if _, err := c.Write(data); err != nil {
-			t.Fatalf("Write after the read timeout: %v", err)
-		}
-		if f := p.reply("read"); f[1] != sha(data) {
-			t.Fatalf("child read SHA-256 %s, want %s", f[1], sha(data))
-		}
-		if s := c.Stats(); s.SMCBytesRecv != k || s.SMCBytesSent != k || s.TCPBytesSent != 0 || s.TCPBytesRecv != 0 {
-			t.Fatalf("stats after the exchange: %+v", s)
-		}
+		_, err = c.Write(data)
+		require.NoError(t, err, "Write after the read timeout")
+		assert.Equal(t, sha(data), p.reply("read")[1], "SHA-256 of what the child read")
+		s := c.Stats()
+		assert.Equal(t, [...]uint64{k, k, 0, 0}, [...]uint64{s.SMCBytesRecv, s.SMCBytesSent, s.TCPBytesSent, s.TCPBytesRecv},
+			"SMC bytes received and sent, TCP bytes sent and received after the exchange: %+v", s)
 	})
 
 	// The child never reads: our writes fill its ring, then the write deadline fires.
@@ -233,33 +217,21 @@ func TestCrossProcessSemantics(t *testing.T) {
 			var n int
 			n, err = c.Write(src[total : total+ring/3])
 			total += n
-			if total > ring {
-				t.Fatalf("wrote %d bytes into a peer ring of %d", total, ring)
-			}
+			require.LessOrEqual(t, total, ring, "bytes written into the peer's ring")
 		}
-		if !isTimeout(err) {
-			t.Fatalf("Write into a full ring ended with %v after %d bytes; want a timeout", err, total)
-		}
-		if total <= 0 || total > ring {
-			t.Fatalf("wrote %d bytes before the deadline; want 1..%d (the peer's ring)", total, ring)
-		}
+		require.True(t, isTimeout(err), "Write into a full ring ended with %v after %d bytes; want a timeout", err, total)
+		require.Positive(t, total, "bytes written before the deadline")
 		t.Logf("wrote %d bytes (peer ring %d) before the deadline", total, ring)
 
 		c.SetWriteDeadline(time.Time{})
-		if f := p.do("read %d", total); f[1] != sha(src[:total]) {
-			t.Fatalf("child read SHA-256 %s, want %s", f[1], sha(src[:total]))
-		}
+		require.Equal(t, sha(src[:total]), p.do("read %d", total)[1], "SHA-256 of what the child read")
 		more := payload(seed+1, ring+1)
 		p.send("read %d", len(more))
-		if n, err := c.Write(more); err != nil || n != len(more) {
-			t.Fatalf("Write after clearing the deadline = %d, %v", n, err)
-		}
-		if f := p.reply("read"); f[1] != sha(more) {
-			t.Fatalf("child read SHA-256 %s, want %s", f[1], sha(more))
-		}
-		if ps := p.stats(); ps.SMCBytesRecv != uint64(total+len(more)) {
-			t.Fatalf("child received %d bytes, want %d", ps.SMCBytesRecv, total+len(more))
-		}
+		n, err := c.Write(more)
+		require.NoError(t, err, "Write after clearing the deadline")
+		require.Equal(t, len(more), n, "Write after clearing the deadline")
+		assert.Equal(t, sha(more), p.reply("read")[1], "SHA-256 of what the child read")
+		assert.Equal(t, uint64(total+len(more)), p.stats().SMCBytesRecv, "bytes the child received")
 	})
 
 	// The child writes and closes: we read every byte, then io.EOF, and a Write then
@@ -274,15 +246,10 @@ func TestCrossProcessSemantics(t *testing.T) {
 		p.reply("write")
 		p.reply("close")
 		w, err := c.Write([]byte("after close"))
-		if w != 0 || !errors.Is(err, syscall.EPIPE) {
-			t.Fatalf("Write after the peer's Close = %d, %v; want 0, EPIPE", w, err)
-		}
-		if !errors.Is(err, smcloop.ErrPeerClosed) {
-			t.Fatalf("Write after the peer's Close: %v, want ErrPeerClosed", err)
-		}
-		if err := c.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
+		assert.Zero(t, w, "Write after the peer's Close")
+		assert.ErrorIs(t, err, syscall.EPIPE, "Write after the peer's Close")
+		assert.ErrorIs(t, err, smcloop.ErrPeerClosed, "Write after the peer's Close")
+		require.NoError(t, c.Close(), "Close")
 		p.exit()
 	})
 
@@ -291,28 +258,22 @@ func TestCrossProcessSemantics(t *testing.T) {
 	t.Run("abort", func(t *testing.T) {
 		p, c, _ := scriptConn(t)
 		data := payload(seed, 1000)
-		if n, err := c.Write(data); err != nil || n != len(data) {
-			t.Fatalf("Write = %d, %v", n, err)
-		}
-		if ps := p.stats(); ps.SMCBytesRecv != 0 {
-			t.Fatalf("child read %d bytes; the test needs them unread", ps.SMCBytesRecv)
-		}
+		w, err := c.Write(data)
+		require.NoError(t, err)
+		require.Equal(t, len(data), w)
+		require.Zero(t, p.stats().SMCBytesRecv, "bytes the child read: the test needs them unread")
 		p.do("close")
 		c.SetReadDeadline(time.Now().Add(watchdog))
 		var b [64]byte
 		n, err := c.Read(b[:])
-		if n != 0 || !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("Read after the peer closed with unread data = %d, %v; want 0, ECONNRESET", n, err)
-		}
-		if !errors.Is(err, smcloop.ErrPeerReset) || errors.Is(err, smcloop.ErrPeerGone) {
-			t.Fatalf("Read after the peer's abort: %v; want ErrPeerReset (peer_conn_abort), not ErrPeerGone", err)
-		}
-		if isTimeout(err) {
-			t.Fatalf("Read after the peer's abort timed out: %v", err)
-		}
-		if w, err := c.Write(data); w != 0 || !errors.Is(err, syscall.ECONNRESET) {
-			t.Fatalf("Write after the peer's abort = %d, %v; want 0, ECONNRESET", w, err)
-		}
+		assert.Zero(t, n, "Read after the peer closed with unread data")
+		assert.ErrorIs(t, err, syscall.ECONNRESET, "Read after the peer closed with unread data")
+		assert.ErrorIs(t, err, smcloop.ErrPeerReset, "Read after the peer's abort (peer_conn_abort)")
+		assert.NotErrorIs(t, err, smcloop.ErrPeerGone, "Read after the peer's abort")
+		assert.False(t, isTimeout(err), "Read after the peer's abort timed out: %v", err)
+		w, err = c.Write(data)
+		assert.Zero(t, w, "Write after the peer's abort")
+		assert.ErrorIs(t, err, syscall.ECONNRESET, "Write after the peer's abort")
 		p.exit()
 	})
 
@@ -324,22 +285,16 @@ func TestCrossProcessSemantics(t *testing.T) {
 		var b [64]byte
 		pending := goRead(c, b[:])
 		waitAsleep(t, c, before, pending)
-		if err := c.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
+		require.NoError(t, c.Close(), "Close")
 		r := await(t, "Read blocked across Close", pending)
-		if r.n != 0 || !errors.Is(r.err, net.ErrClosed) {
-			t.Fatalf("Read blocked across Close = %d, %v; want 0, net.ErrClosed", r.n, r.err)
-		}
-		if f := p.do("readall"); f[0] != "0" {
-			t.Fatalf("child read %s bytes after our Close, want 0 then io.EOF", f[0])
-		}
-		if n, err := c.Read(b[:]); n != 0 || !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("Read after Close = %d, %v; want net.ErrClosed", n, err)
-		}
-		if _, err := c.Write(b[:]); !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("Write after Close: %v; want net.ErrClosed", err)
-		}
+		assert.Zero(t, r.n, "Read blocked across Close")
+		assert.ErrorIs(t, r.err, net.ErrClosed, "Read blocked across Close")
+		assert.Equal(t, "0", p.do("readall")[0], "bytes the child read after our Close before io.EOF")
+		n, err := c.Read(b[:])
+		assert.Zero(t, n, "Read after Close")
+		assert.ErrorIs(t, err, net.ErrClosed, "Read after Close")
+		_, err = c.Write(b[:])
+		assert.ErrorIs(t, err, net.ErrClosed, "Write after Close")
 		p.exit()
 	})
 }

@@ -1,13 +1,14 @@
 package test
 
 import (
-	"errors"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // killBound is the requirement: a call blocked on a peer that is SIGKILLed returns
@@ -37,21 +38,14 @@ func TestPeerSIGKILL(t *testing.T) {
 		r := await(t, "Read blocked on a killed peer", pending)
 		took := r.at.Sub(killed)
 		t.Logf("blocked Read returned %v after the kill: %v", took, r.err)
-		if r.n != 0 || r.err == nil || isTimeout(r.err) {
-			t.Fatalf("Read blocked on a killed peer = %d, %v; want 0 and a non-timeout error", r.n, r.err)
-		}
-		if took > killBound {
-			t.Errorf("blocked Read returned %v after the kill, want within %v", took, killBound)
-		}
-		if !errors.Is(r.err, syscall.ECONNRESET) || !errors.Is(r.err, smcloop.ErrPeerGone) {
-			t.Errorf("Read blocked on a killed peer: %v; want ECONNRESET (ErrPeerGone)", r.err)
-		}
-		if err := p.wait(); err == nil {
-			t.Errorf("killed peer exited cleanly")
-		}
-		if err := c.Close(); err != nil {
-			t.Errorf("Close after the peer died: %v", err)
-		}
+		require.Zero(t, r.n, "Read blocked on a killed peer: bytes")
+		require.Error(t, r.err, "Read blocked on a killed peer")
+		require.False(t, isTimeout(r.err), "Read blocked on a killed peer: %v is a timeout", r.err)
+		assert.LessOrEqual(t, took, killBound, "blocked Read returned after the kill")
+		assert.ErrorIs(t, r.err, syscall.ECONNRESET)
+		assert.ErrorIs(t, r.err, smcloop.ErrPeerGone)
+		assert.Error(t, p.wait(), "killed peer exited cleanly")
+		assert.NoError(t, c.Close(), "Close after the peer died")
 	})
 
 	// The child never reads; our Write fills its ring and blocks until the kill.
@@ -61,30 +55,17 @@ func TestPeerSIGKILL(t *testing.T) {
 		before := c.Stats().Sleeps
 		pending := goWrite(c, payload(seed, 8*ring))
 		waitAsleep(t, c, before, pending)
-		if s := c.Stats(); s.SMCBytesSent != uint64(ring) {
-			t.Fatalf("Write asleep after %d bytes, want the whole peer ring of %d", s.SMCBytesSent, ring)
-		}
+		require.Equal(t, uint64(ring), c.Stats().SMCBytesSent, "Write asleep after the whole peer ring")
 		killed := p.kill()
 		r := await(t, "Write blocked on a killed peer", pending)
 		took := r.at.Sub(killed)
 		t.Logf("blocked Write returned %v after the kill: %d bytes, %v", took, r.n, r.err)
-		if r.err == nil || isTimeout(r.err) {
-			t.Fatalf("Write blocked on a killed peer = %d, %v; want a non-timeout error", r.n, r.err)
-		}
-		if r.n != ring {
-			t.Errorf("Write blocked on a killed peer reported %d bytes written, want %d (the ring it filled)", r.n, ring)
-		}
-		if took > killBound {
-			t.Errorf("blocked Write returned %v after the kill, want within %v", took, killBound)
-		}
-		if !errors.Is(r.err, syscall.ECONNRESET) {
-			t.Errorf("Write blocked on a killed peer: %v; want ECONNRESET", r.err)
-		}
-		if err := p.wait(); err == nil {
-			t.Errorf("killed peer exited cleanly")
-		}
-		if err := c.Close(); err != nil {
-			t.Errorf("Close after the peer died: %v", err)
-		}
+		require.Error(t, r.err, "Write blocked on a killed peer")
+		require.False(t, isTimeout(r.err), "Write blocked on a killed peer: %v is a timeout", r.err)
+		assert.Equal(t, ring, r.n, "Write blocked on a killed peer: bytes written (the ring it filled)")
+		assert.LessOrEqual(t, took, killBound, "blocked Write returned after the kill")
+		assert.ErrorIs(t, r.err, syscall.ECONNRESET)
+		assert.Error(t, p.wait(), "killed peer exited cleanly")
+		assert.NoError(t, c.Close(), "Close after the peer died")
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Stream sizes: every Write and every Read asks for 1 B .. maxIO bytes.
@@ -113,9 +115,8 @@ func TestCrossProcessStream1GiB(t *testing.T) {
 	}
 	if v, ok := testEnv[streamBytesEnv]; ok {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			t.Fatalf("%s=%q: want a positive byte count", streamBytesEnv, v)
-		}
+		require.NoError(t, err, "%s=%q", streamBytesEnv, v)
+		require.Positive(t, n, "%s=%q: want a positive byte count", streamBytesEnv, v)
 		total = n
 	}
 	seed := testSeed(t)
@@ -131,46 +132,28 @@ func TestCrossProcessStream1GiB(t *testing.T) {
 	elapsed := time.Since(start)
 	var theirs streamResult
 	p.expectJSON("RESULT", &theirs)
-	if err := p.wait(); err != nil {
-		t.Errorf("peer exited with %v", err)
-	}
+	assert.NoError(t, p.wait(), "peer exit")
 	t.Logf("%d bytes each way in %v (%.0f MiB/s per direction)", total, elapsed, float64(total)/elapsed.Seconds()/(1<<20))
 
 	for _, r := range []struct {
 		who string
 		res streamResult
 	}{{"parent", mine}, {"child", theirs}} {
-		if r.res.SendErr != "" {
-			t.Errorf("%s send: %s", r.who, r.res.SendErr)
-		}
-		if r.res.RecvErr != "" {
-			t.Errorf("%s receive: %s", r.who, r.res.RecvErr)
-		}
-		if r.res.Sent != total || r.res.Recv != total {
-			t.Errorf("%s sent %d and received %d bytes, want %d each", r.who, r.res.Sent, r.res.Recv, total)
-		}
+		assert.Empty(t, r.res.SendErr, "%s send", r.who)
+		assert.Empty(t, r.res.RecvErr, "%s receive", r.who)
+		assert.Equal(t, total, r.res.Sent, "%s: bytes sent", r.who)
+		assert.Equal(t, total, r.res.Recv, "%s: bytes received", r.who)
 		s := r.res.Stats
-		if !s.SMC {
-			t.Errorf("%s: connection not on SMC", r.who)
-		}
-		if s.TCPBytesSent != 0 || s.TCPBytesRecv != 0 {
-			t.Errorf("%s: %d bytes sent and %d received on TCP after the handshake, want 0 and 0", r.who, s.TCPBytesSent, s.TCPBytesRecv)
-		}
-		if s.SMCBytesSent != uint64(total) || s.SMCBytesRecv != uint64(total) {
-			t.Errorf("%s: SMCBytesSent %d, SMCBytesRecv %d, want %d each", r.who, s.SMCBytesSent, s.SMCBytesRecv, total)
-		}
-		if s.CLCBytesSent == 0 || s.CLCBytesRecv == 0 {
-			t.Errorf("%s: CLC bytes sent %d, received %d: no handshake on the TCP connection?", r.who, s.CLCBytesSent, s.CLCBytesRecv)
-		}
+		assert.True(t, s.SMC, "%s: connection on SMC", r.who)
+		assert.Zero(t, s.TCPBytesSent, "%s: bytes sent on TCP after the handshake", r.who)
+		assert.Zero(t, s.TCPBytesRecv, "%s: bytes received on TCP after the handshake", r.who)
+		assert.Equal(t, uint64(total), s.SMCBytesSent, "%s: SMCBytesSent", r.who)
+		assert.Equal(t, uint64(total), s.SMCBytesRecv, "%s: SMCBytesRecv", r.who)
+		assert.Positive(t, s.CLCBytesSent, "%s: CLC bytes sent (the handshake on the TCP connection)", r.who)
+		assert.Positive(t, s.CLCBytesRecv, "%s: CLC bytes received (the handshake on the TCP connection)", r.who)
 		t.Logf("%s: %+v", r.who, s)
 	}
-	if mine.SentSHA != theirs.RecvSHA {
-		t.Errorf("parent→child: parent sent SHA-256 %s, child received %s", mine.SentSHA, theirs.RecvSHA)
-	}
-	if theirs.SentSHA != mine.RecvSHA {
-		t.Errorf("child→parent: child sent SHA-256 %s, parent received %s", theirs.SentSHA, mine.RecvSHA)
-	}
-	if mine.SentSHA == theirs.SentSHA {
-		t.Errorf("both directions carried the same stream (%s): the test proves nothing", mine.SentSHA)
-	}
+	assert.Equal(t, mine.SentSHA, theirs.RecvSHA, "parent→child: SHA-256 the parent sent, the child received")
+	assert.Equal(t, theirs.SentSHA, mine.RecvSHA, "child→parent: SHA-256 the child sent, the parent received")
+	assert.NotEqual(t, mine.SentSHA, theirs.SentSHA, "both directions carried the same stream: the test proves nothing")
 }

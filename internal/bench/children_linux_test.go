@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // childProcesses lists the process ids of this process's children, from
@@ -12,14 +14,12 @@ import (
 func childProcesses(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob("/proc/self/task/*/children")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var kids []string
 	for _, f := range files {
 		b, err := os.ReadFile(f)
-		if err != nil && !os.IsNotExist(err) {
-			t.Fatal(err)
+		if !os.IsNotExist(err) {
+			require.NoError(t, err)
 		}
 		kids = append(kids, strings.Fields(string(b))...)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Short-lived connections, as seed 003 measures them with wrk -H 'Connection: Close':
+// Short-lived connections, as wrk -H 'Connection: Close' measures them:
 // every connection is set up, carries one request and one answer, and is closed.
 //
 // The request is connMsgLen bytes, client to server: the connection's sequence number

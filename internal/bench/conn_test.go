@@ -3,12 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"reflect"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,9 +26,7 @@ func connTestConfig(t *testing.T, n int, transports ...Transport) (Config, strin
 func lookup(t *testing.T, name string) Transport {
 	t.Helper()
 	tr, err := Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return tr
 }
 
@@ -48,50 +42,43 @@ func TestConnEndToEnd(t *testing.T) {
 		steps = append(steps, fmt.Sprintf("%d/%d %s", step, total, what))
 	}
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := []string{
 		"1/4 connections, tcp, round 1 of 2", "2/4 connections, unix, round 1 of 2",
 		"3/4 connections, unix, round 2 of 2", "4/4 connections, tcp, round 2 of 2",
 	}
-	if !slices.Equal(steps, want) {
-		t.Errorf("progress:\n%s\nwant:\n%s", strings.Join(steps, "\n"), strings.Join(want, "\n"))
-	}
-	if res.Conns == nil || len(res.Latency)+len(res.Stream) != 0 || res.Overload != nil {
-		t.Fatalf("results: conns %v, %d latency and %d stream points, overload %v", res.Conns, len(res.Latency), len(res.Stream), res.Overload)
-	}
+	assert.Equal(t, want, steps, "progress")
+	require.NotNil(t, res.Conns)
+	require.Empty(t, res.Latency)
+	require.Empty(t, res.Stream)
+	require.Nil(t, res.Overload)
 	p := res.Conns
-	if p.Conns != n || p.Warmup != warm || p.Concurrency != 16 || p.RequestSize != connMsgLen || p.Baseline != "tcp" {
-		t.Errorf("point settings: %+v", *p)
-	}
+	assert.Equal(t, [...]any{n, warm, 16, connMsgLen, "tcp"}, [...]any{p.Conns, p.Warmup, p.Concurrency, p.RequestSize, p.Baseline},
+		"point settings: connections, warm-up, concurrency, request size, baseline")
+	require.Len(t, p.Results, len(cfg.Conn.Transports))
 	for i, r := range p.Results {
-		if r.Transport != cfg.Conn.Transports[i].Name || len(r.Rounds) != rounds {
-			t.Fatalf("result %d: transport %q with %d rounds", i, r.Transport, len(r.Rounds))
-		}
+		require.Equal(t, cfg.Conn.Transports[i].Name, r.Transport, "result %d", i)
+		require.Len(t, r.Rounds, rounds, "result %d", i)
 		for k, s := range append([]ConnStats{r.ConnStats}, r.Rounds...) {
 			what := fmt.Sprintf("%s (0: all rounds, else round %d)", r.Transport, k)
 			m := uint64(1)
 			if k == 0 {
 				m = rounds
 			}
-			if s.Attempted != m*(n+warm) || s.Succeeded != m*(n+warm) || s.Failed != 0 || s.Skipped != 0 || len(s.Errors) != 0 {
-				t.Errorf("%s: attempted %d, succeeded %d, failed %d, skipped %d, errors %q; want %d, %d, 0, 0, none",
-					what, s.Attempted, s.Succeeded, s.Failed, s.Skipped, s.Errors, m*(n+warm), m*(n+warm))
-			}
-			if s.Time.Samples != m*n || s.ConnsPerSec <= 0 || s.ElapsedNS <= 0 {
-				t.Errorf("%s: %d timed connections, %f/s in %d ns; want %d", what, s.Time.Samples, s.ConnsPerSec, s.ElapsedNS, m*n)
-			}
-			if !(0 < s.Time.MinNS && s.Time.MinNS <= s.Time.P50NS && s.Time.P50NS <= s.Time.P99NS && s.Time.P99NS <= s.Time.MaxNS) {
-				t.Errorf("%s: times out of order: %+v", what, s.Time)
-			}
-			if s.ModeKnown || s.SMC+s.Fallback != 0 {
-				t.Errorf("%s: an SMC/fallback split for a transport without one: %v %d/%d", what, s.ModeKnown, s.SMC, s.Fallback)
-			}
+			assert.Equal(t, [...]uint64{m * (n + warm), m * (n + warm), 0, 0}, [...]uint64{s.Attempted, s.Succeeded, s.Failed, s.Skipped},
+				"%s: attempted, succeeded, failed, skipped", what)
+			assert.Empty(t, s.Errors, what)
+			assert.Equal(t, m*n, s.Time.Samples, "%s: timed connections", what)
+			assert.Positive(t, s.ConnsPerSec, what)
+			assert.Positive(t, s.ElapsedNS, what)
+			assert.True(t, 0 < s.Time.MinNS && s.Time.MinNS <= s.Time.P50NS && s.Time.P50NS <= s.Time.P99NS && s.Time.P99NS <= s.Time.MaxNS,
+				"%s: times out of order: %+v", what, s.Time)
+			assert.False(t, s.ModeKnown, "%s: an SMC/fallback split for a transport without one", what)
+			assert.Zero(t, s.SMC+s.Fallback, "%s: an SMC/fallback split for a transport without one", what)
 			srv := s.Server
-			if srv == nil || srv.Served != m*(n+warm) || srv.Failed != 0 || srv.Idle != 0 || srv.Cut != 0 || srv.Listener != nil {
-				t.Errorf("%s: server %+v; want %d served and nothing else", what, srv, m*(n+warm))
-			}
+			require.NotNil(t, srv, what)
+			assert.Equal(t, ServerConnStats{Served: m * (n + warm)}, ServerConnStats{Served: srv.Served, Failed: srv.Failed, Idle: srv.Idle, Cut: srv.Cut, Listener: srv.Listener},
+				"%s: server: served and nothing else", what)
 			// CPU time covers the measured connections: the client's exactly, the
 			// server's to within the connections in flight when it was marked.
 			require.NotNil(t, s.CPU, what)
@@ -101,20 +88,15 @@ func TestConnEndToEnd(t *testing.T) {
 			assert.Positive(t, s.CPU.PerOpNS, what)
 		}
 	}
-	if res.FailedConns() != 0 {
-		t.Errorf("FailedConns() = %d", res.FailedConns())
-	}
+	assert.Zero(t, res.FailedConns())
 	expectNoChildren(t)
-	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
-		t.Errorf("server temporary directory holds %v (%v), want nothing", ents, err)
-	}
+	ents, err := os.ReadDir(tmp)
+	assert.NoError(t, err)
+	assert.Empty(t, ents, "server temporary directory")
 	var buf bytes.Buffer
-	if err := res.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if out := buf.String(); !strings.Contains(out, "Failed connections: none") || strings.Contains(out, "!!") {
-		t.Errorf("report of a healthy run:\n%s", out)
-	}
+	require.NoError(t, res.WriteText(&buf))
+	assert.Contains(t, buf.String(), "Failed connections: none", "report of a healthy run")
+	assert.NotContains(t, buf.String(), "!!", "report of a healthy run")
 	assert.Contains(t, buf.String(), "  vs tcp  cpu/conn  cores  cpu vs tcp\n")
 	assert.Contains(t, buf.String(), "\n  cpu/conn = µs of CPU, client and server process together, per measured connection; cores =\n")
 }
@@ -126,56 +108,38 @@ func TestConnDetectsCorruption(t *testing.T) {
 	t.Run("answers", func(t *testing.T) {
 		cfg, _ := connTestConfig(t, n, lookup(t, "tcp-corrupt-answers"))
 		res, err := Run(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		s := res.Conns.Results[0].ConnStats
 		bad := uint64((n + corruptEvery - 1) / corruptEvery)
-		if s.Attempted != n || s.Failed != bad || s.FailedMismatch != bad || s.Succeeded != n-bad || s.Time.Samples != n-bad {
-			t.Fatalf("attempted %d, failed %d (mismatch %d), succeeded %d, timed %d; want %d, %d, %d, %d",
-				s.Attempted, s.Failed, s.FailedMismatch, s.Succeeded, s.Time.Samples, n, bad, n-bad, n-bad)
-		}
-		if len(s.Errors) == 0 || !strings.Contains(s.Errors[0], "payload mismatch at the client") {
-			t.Errorf("errors %q; want client mismatches", s.Errors)
-		}
-		if s.Server.Served != n || s.Server.Failed != 0 {
-			t.Errorf("server served %d, failed %d; want %d, 0 (it does not know)", s.Server.Served, s.Server.Failed, n)
-		}
-		if res.FailedConns() != bad {
-			t.Errorf("FailedConns() = %d, want %d", res.FailedConns(), bad)
-		}
+		require.Equal(t, [...]uint64{n, bad, bad, n - bad, n - bad},
+			[...]uint64{s.Attempted, s.Failed, s.FailedMismatch, s.Succeeded, s.Time.Samples},
+			"attempted, failed, failed on a mismatch, succeeded, timed")
+		require.NotEmpty(t, s.Errors)
+		assert.Contains(t, s.Errors[0], "payload mismatch at the client")
+		assert.Equal(t, [...]uint64{n, 0}, [...]uint64{s.Server.Served, s.Server.Failed}, "server served, failed (it does not know)")
+		assert.Equal(t, bad, res.FailedConns())
 	})
 	t.Run("requests", func(t *testing.T) {
 		cfg, _ := connTestConfig(t, n, lookup(t, "tcp-corrupt-requests"))
 		res, err := Run(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		s := res.Conns.Results[0].ConnStats
-		if s.Attempted != n || s.Failed != n || s.FailedIO != n || s.Succeeded != 0 || s.Time.Samples != 0 {
-			t.Fatalf("attempted %d, failed %d (I/O %d), succeeded %d, timed %d; want all %d failed on I/O",
-				s.Attempted, s.Failed, s.FailedIO, s.Succeeded, s.Time.Samples, n)
-		}
-		if len(s.Errors) == 0 || !strings.Contains(s.Errors[0], "closed the connection without answering") {
-			t.Errorf("client errors %q", s.Errors)
-		}
+		require.Equal(t, [...]uint64{n, n, n, 0, 0},
+			[...]uint64{s.Attempted, s.Failed, s.FailedIO, s.Succeeded, s.Time.Samples},
+			"attempted, failed, failed on I/O, succeeded, timed: want all failed on I/O")
+		require.NotEmpty(t, s.Errors)
+		assert.Contains(t, s.Errors[0], "closed the connection without answering")
 		srv := s.Server
-		if srv.Served != 0 || srv.Failed != n || len(srv.Errors) == 0 ||
-			!strings.Contains(srv.Errors[0], fmt.Sprintf("payload mismatch at the server: message %d, byte %d of %d", 0, corruptRequestAt, connMsgLen)[:40]) {
-			t.Errorf("server served %d, failed %d, errors %q; want %d mismatches", srv.Served, srv.Failed, srv.Errors, n)
-		}
+		assert.Equal(t, [...]uint64{0, n}, [...]uint64{srv.Served, srv.Failed}, "server served, failed")
+		require.NotEmpty(t, srv.Errors)
+		assert.Contains(t, srv.Errors[0], fmt.Sprintf("payload mismatch at the server: message %d, byte %d of %d", 0, corruptRequestAt, connMsgLen)[:40])
 		for _, e := range srv.Errors {
-			if !strings.Contains(e, fmt.Sprintf("byte %d of %d", corruptRequestAt, connMsgLen)) {
-				t.Errorf("server error %q names the wrong byte", e)
-			}
+			assert.Contains(t, e, fmt.Sprintf("byte %d of %d", corruptRequestAt, connMsgLen), "server error names the wrong byte")
 		}
 		var buf bytes.Buffer
-		if err := res.WriteText(&buf); err != nil {
-			t.Fatal(err)
-		}
-		if out := buf.String(); !strings.Contains(out, "!!! FAILED CONNECTIONS") || !strings.Contains(out, "payload mismatch at the server") {
-			t.Errorf("report does not show the failures:\n%s", out)
-		}
+		require.NoError(t, res.WriteText(&buf))
+		assert.Contains(t, buf.String(), "!!! FAILED CONNECTIONS")
+		assert.Contains(t, buf.String(), "payload mismatch at the server")
 	})
 	expectNoChildren(t)
 }
@@ -186,49 +150,38 @@ func TestConnModeAndListenerStats(t *testing.T) {
 	const n = 100
 	cfg, _ := connTestConfig(t, n, lookup(t, "tcp-counted"), lookup(t, "tcp-fallback"))
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	smc, fb := res.Conns.Results[0], res.Conns.Results[1]
-	if !smc.ModeKnown || smc.SMC != n || smc.Fallback != 0 || len(smc.FallbackModes) != 0 {
-		t.Errorf("tcp-counted: split %v %d/%d %v; want %d/0", smc.ModeKnown, smc.SMC, smc.Fallback, smc.FallbackModes, n)
-	}
-	if !fb.ModeKnown || fb.SMC != 0 || fb.Fallback != n || fb.FallbackModes["TCP test fallback"] != n {
-		t.Errorf("tcp-fallback: split %v %d/%d %v; want 0/%d", fb.ModeKnown, fb.SMC, fb.Fallback, fb.FallbackModes, n)
-	}
+	assert.True(t, smc.ModeKnown, "tcp-counted: mode known")
+	assert.Equal(t, [...]uint64{n, 0}, [...]uint64{smc.SMC, smc.Fallback}, "tcp-counted: SMC, fallback")
+	assert.Empty(t, smc.FallbackModes, "tcp-counted")
+	assert.True(t, fb.ModeKnown, "tcp-fallback: mode known")
+	assert.Equal(t, [...]uint64{0, n}, [...]uint64{fb.SMC, fb.Fallback}, "tcp-fallback: SMC, fallback")
+	assert.Equal(t, uint64(n), fb.FallbackModes["TCP test fallback"], "tcp-fallback: %v", fb.FallbackModes)
 	for _, r := range res.Conns.Results {
-		if l := r.Server.Listener; l == nil || l.Accepted != n || l.SMC != n || l.HandshakingNow != testHandshaking {
-			t.Errorf("%s: listener counters %+v; want %d accepted", r.Transport, l, n)
+		l := r.Server.Listener
+		if assert.NotNil(t, l, "%s: listener counters", r.Transport) {
+			assert.Equal(t, [...]any{uint64(n), uint64(n), testHandshaking}, [...]any{l.Accepted, l.SMC, l.HandshakingNow},
+				"%s: listener accepted, SMC, handshaking now", r.Transport)
 		}
-		if r.Server.PeakSamples > 0 && r.Server.PeakHandshaking != testHandshaking {
-			t.Errorf("%s: peak handshakes %d in %d samples, want %d", r.Transport, r.Server.PeakHandshaking, r.Server.PeakSamples, testHandshaking)
+		if r.Server.PeakSamples > 0 {
+			assert.Equal(t, testHandshaking, r.Server.PeakHandshaking, "%s: peak handshakes in %d samples", r.Transport, r.Server.PeakSamples)
 		}
 	}
 	var buf bytes.Buffer
-	if err := res.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if out := buf.String(); !strings.Contains(out, "tcp-fallback          100  TCP test fallback") {
-		t.Errorf("report lacks the fallback modes:\n%s", out)
-	}
+	require.NoError(t, res.WriteText(&buf))
+	assert.Contains(t, buf.String(), "tcp-fallback          100  TCP test fallback", "report lacks the fallback modes")
 	buf.Reset()
-	if err := res.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, res.WriteJSON(&buf))
 	back, err := ReadJSON(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(back, res) {
-		t.Errorf("JSON round trip changed the results:\n got %+v\nwant %+v", back.Conns, res.Conns)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, res, back, "JSON round trip")
 
 	// Ping-pong and stream refuse a connection that fell back.
 	lat, _ := testConfig(t, lookup(t, "tcp-fallback"))
 	lat.LatSizes = []int{14}
-	if _, err := Run(context.Background(), lat); err == nil || !strings.Contains(err.Error(), "connection fell back to TCP (TCP test fallback)") {
-		t.Errorf("ping-pong over a fallback: %v", err)
-	}
+	_, err = Run(context.Background(), lat)
+	assert.ErrorContains(t, err, "connection fell back to TCP (TCP test fallback)", "ping-pong over a fallback")
 	expectNoChildren(t)
 }
 
@@ -244,44 +197,40 @@ func TestOverload(t *testing.T) {
 			Conns: n, Concurrency: 8, Limit: 20 * time.Second},
 	}
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := res.Overload
-	if p == nil || len(p.Results) != 2 || p.Baseline != "tcp" || p.Stalls != stalls {
-		t.Fatalf("overload results: %+v", p)
-	}
+	require.NotNil(t, p, "overload results")
+	require.Len(t, p.Results, 2)
+	assert.Equal(t, "tcp", p.Baseline)
+	assert.Equal(t, stalls, p.Stalls)
 	for _, r := range p.Results {
-		if r.StallDials != stalls || r.StallErrs != 0 {
-			t.Errorf("%s: %d stall dials, %d errors %q; want %d, 0", r.Transport, r.StallDials, r.StallErrs, r.StallErrors, stalls)
-		}
-		if s := r.Plain; s.Succeeded != n || s.Failed != 0 || s.Skipped != 0 || s.Time.Samples != n || s.ModeKnown {
-			t.Errorf("%s: plain clients %+v; want %d succeeded", r.Transport, s, n)
-		}
-		if r.Server == nil || r.Server.Idle != stalls {
-			t.Errorf("%s: server %+v; want the %d stalling clients idle", r.Transport, r.Server, stalls)
+		assert.Equal(t, [...]uint64{stalls, 0}, [...]uint64{r.StallDials, r.StallErrs}, "%s: stall dials, errors %q", r.Transport, r.StallErrors)
+		s := r.Plain
+		assert.Equal(t, [...]uint64{n, 0, 0, n}, [...]uint64{s.Succeeded, s.Failed, s.Skipped, s.Time.Samples},
+			"%s: plain clients succeeded, failed, skipped, timed", r.Transport)
+		assert.False(t, s.ModeKnown, "%s: plain clients' mode", r.Transport)
+		if assert.NotNil(t, r.Server, r.Transport) {
+			assert.Equal(t, uint64(stalls), r.Server.Idle, "%s: the stalling clients idle at the server", r.Transport)
 		}
 	}
 	tcp, counted := p.Results[0], p.Results[1]
-	if tcp.Native != nil || tcp.Stalled != -1 || tcp.Server.Served != n || tcp.Server.Listener != nil {
-		t.Errorf("tcp: native %v, stalled %d, server %+v; want no native clients, -1, %d served", tcp.Native, tcp.Stalled, tcp.Server, n)
+	assert.Nil(t, tcp.Native, "tcp: native clients")
+	assert.Equal(t, -1, tcp.Stalled, "tcp: stalled")
+	assert.Equal(t, uint64(n), tcp.Server.Served, "tcp: served")
+	assert.Nil(t, tcp.Server.Listener, "tcp: listener counters")
+	if s := counted.Native; assert.NotNil(t, s, "tcp-counted: native clients") {
+		assert.Equal(t, [...]uint64{n, 0, n, n}, [...]uint64{s.Succeeded, s.Failed, s.SMC, s.Time.Samples},
+			"tcp-counted: native clients succeeded, failed, over SMC, timed")
 	}
-	if s := counted.Native; s == nil || s.Succeeded != n || s.Failed != 0 || s.SMC != n || s.Time.Samples != n {
-		t.Errorf("tcp-counted: native clients %+v; want %d succeeded over SMC", s, n)
-	}
-	if counted.Stalled != testHandshaking || counted.Server.Served != 2*n {
-		t.Errorf("tcp-counted: stalled %d, served %d; want %d, %d", counted.Stalled, counted.Server.Served, testHandshaking, 2*n)
-	}
-	if l := counted.Server.Listener; l == nil || l.Accepted != stalls+2*n {
-		t.Errorf("tcp-counted: listener %+v; want %d accepted", l, stalls+2*n)
+	assert.Equal(t, testHandshaking, counted.Stalled, "tcp-counted: stalled")
+	assert.Equal(t, uint64(2*n), counted.Server.Served, "tcp-counted: served")
+	if l := counted.Server.Listener; assert.NotNil(t, l, "tcp-counted: listener") {
+		assert.Equal(t, uint64(stalls+2*n), l.Accepted, "tcp-counted: listener accepted")
 	}
 	var buf bytes.Buffer
-	if err := res.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if out := buf.String(); !strings.Contains(out, "OVERLOAD") || !strings.Contains(out, "Failed connections: none.") {
-		t.Errorf("overload report:\n%s", out)
-	}
+	require.NoError(t, res.WriteText(&buf))
+	assert.Contains(t, buf.String(), "OVERLOAD")
+	assert.Contains(t, buf.String(), "Failed connections: none.")
 	expectNoChildren(t)
 }
 
@@ -294,23 +243,15 @@ func TestConnTimeLimit(t *testing.T) {
 	cfg.Conn.Limit = 300 * time.Millisecond
 	start := time.Now()
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if el := time.Since(start); el > 5*time.Second {
-		t.Errorf("a 300 ms limit took %v", el)
-	}
+	require.NoError(t, err)
+	assert.LessOrEqual(t, time.Since(start), 5*time.Second, "a 300 ms limit")
 	s := res.Conns.Results[0].ConnStats
-	if s.Attempted != conc || s.TimedOut != conc || s.Failed != conc || s.Skipped != n-conc || s.Succeeded != 0 {
-		t.Errorf("attempted %d, timed out %d, failed %d, skipped %d, succeeded %d; want %d, %d, %d, %d, 0",
-			s.Attempted, s.TimedOut, s.Failed, s.Skipped, s.Succeeded, conc, conc, conc, n-conc)
+	assert.Equal(t, [...]uint64{conc, conc, conc, n - conc, 0}, [...]uint64{s.Attempted, s.TimedOut, s.Failed, s.Skipped, s.Succeeded},
+		"attempted, timed out, failed, skipped, succeeded")
+	if assert.NotEmpty(t, s.Errors) {
+		assert.Contains(t, s.Errors[0], "cut off by the time limit")
 	}
-	if len(s.Errors) == 0 || !strings.Contains(s.Errors[0], "cut off by the time limit") {
-		t.Errorf("errors %q", s.Errors)
-	}
-	if res.FailedConns() != n {
-		t.Errorf("FailedConns() = %d, want %d", res.FailedConns(), n)
-	}
+	assert.Equal(t, uint64(n), res.FailedConns())
 	expectNoChildren(t)
 }
 
@@ -321,9 +262,7 @@ func TestOverloadNeedsTCP(t *testing.T) {
 	cfg := Config{Rounds: 1, Server: server,
 		Overload: &OverloadConfig{Transports: []Transport{Unix()}, Stalls: 1, Conns: 10, Concurrency: 2, Limit: time.Second}}
 	_, err := Run(context.Background(), cfg)
-	if err == nil || !strings.Contains(err.Error(), "needs a server on a TCP address") {
-		t.Errorf("overload over unix: %v", err)
-	}
+	assert.ErrorContains(t, err, "needs a server on a TCP address", "overload over unix")
 	expectNoChildren(t)
 }
 
@@ -348,9 +287,8 @@ func TestConnRejectsBadConfig(t *testing.T) {
 	} {
 		c := good()
 		mutate(&c)
-		if _, err := Run(context.Background(), c); err == nil {
-			t.Errorf("%s: Run accepted the config", name)
-		}
+		_, err := Run(context.Background(), c)
+		assert.Error(t, err, "%s: Run accepted the config", name)
 	}
 }
 
@@ -363,33 +301,24 @@ func TestConnStopsWhenCancelled(t *testing.T) {
 func TestConnProtocol(t *testing.T) {
 	for _, seq := range []uint64{0, 1, 12345, 1<<40 + 7} {
 		req := appendConnRequest(nil, seq)
-		if len(req) != connMsgLen {
-			t.Fatalf("request of %d bytes", len(req))
-		}
-		if got, err := checkConnRequest(req); err != nil || got != seq {
-			t.Fatalf("checkConnRequest(request %d) = %d, %v", seq, got, err)
-		}
+		require.Len(t, req, connMsgLen)
+		got, err := checkConnRequest(req)
+		require.NoError(t, err, "checkConnRequest(request %d)", seq)
+		require.Equal(t, seq, got, "checkConnRequest(request %d)", seq)
 		answer := make([]byte, connMsgLen)
 		for i, b := range req {
 			answer[i] = ^b
 		}
-		if err := checkConnAnswer(seq, req, answer); err != nil {
-			t.Fatal(err)
-		}
-		if err := checkConnAnswer(seq, req, req); !errors.Is(err, ErrMismatch) {
-			t.Fatalf("an echo passed as the answer: %v", err)
-		}
+		require.NoError(t, checkConnAnswer(seq, req, answer))
+		require.ErrorIs(t, checkConnAnswer(seq, req, req), ErrMismatch, "an echo passed as the answer")
 		for _, at := range []int{0, 7, connSeqLen, connMsgLen - 1} {
 			bad := bytes.Clone(req)
 			bad[at] ^= 0x40
 			_, err := checkConnRequest(bad)
 			var me *MismatchError
-			if !errors.As(err, &me) || me.Where != "server" {
-				t.Fatalf("request %d with byte %d changed: %v", seq, at, err)
-			}
+			require.ErrorAs(t, err, &me, "request %d with byte %d changed", seq, at)
+			require.Equal(t, "server", me.Where, "request %d with byte %d changed", seq, at)
 		}
 	}
-	if bytes.Equal(appendConnRequest(nil, 1)[connSeqLen:], appendConnRequest(nil, 2)[connSeqLen:]) {
-		t.Error("consecutive requests carry the same payload")
-	}
+	assert.NotEqual(t, appendConnRequest(nil, 1)[connSeqLen:], appendConnRequest(nil, 2)[connSeqLen:], "consecutive requests' payloads")
 }

@@ -62,7 +62,7 @@
 //
 // # Connection modes
 //
-// The short-lived connection mode (Config.Conn, seed 003's wrk -H 'Connection: Close')
+// The short-lived connection mode (Config.Conn, as wrk -H 'Connection: Close')
 // starts a server child with --conns, which serves connections until told to stop: each
 // client connection is dial, a 64-byte request made from the connection's sequence number,
 // the server's verified answer (the request's complement), and close, the server closing
@@ -71,7 +71,7 @@
 // for transports with the ListenerStats hook, its listener's counters; the Mode hook splits
 // the client's connections into shared memory and fallbacks.
 //
-// The overload mode (Config.Overload, seed 003's overload case) holds handshakes open at
+// The overload mode (Config.Overload, handshake limitation's case) holds handshakes open at
 // such a server with clients from the Stall hook, and meanwhile measures plain TCP clients
 // and the transport's own clients against it.
 //
@@ -80,7 +80,7 @@
 //
 // # HTTP mode
 //
-// The HTTP mode (Config.HTTP, seed 000's nginx and wrk -c 100) starts a server child with
+// The HTTP mode (Config.HTTP, as nginx and wrk -c 100) starts a server child with
 // --http METHOD, which writes a file to a fresh temporary directory and runs a net/http
 // server on the transport's listener until told to stop. The sendfile method corks the
 // connection (the Cork hook), serves the file with http.ServeContent, whose body
@@ -91,11 +91,11 @@
 // how many bodies went through the connection's ReadFrom from the file, and the sum of
 // its connections' send-path counters (the SendStats hook).
 //
-// # Presets and seed-style tables
+// # Presets and comparison tables
 //
-// A Preset names the options that reproduce one seed's table (autocork: seed 001,
-// autosplit: seed 002, sendfile: seed 000). Its Comparison pairs two transports that
-// differ in one feature; when both are measured, the text report prints the seeds'
-// layout, one row per size, with percentage columns for each transport against the
-// baseline and for the feature, and the send-path counters that show the feature at work.
+// A Preset names the options that reproduce one reference table (autocork, autosplit,
+// sendfile; docs/HISTORY.md lists them). Its Comparison pairs two transports that
+// differ in one feature; when both are measured, the text report prints one row per
+// size, with percentage columns for each transport against the baseline and for the
+// feature, and the send-path counters that show the feature at work.
 package bench

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The HTTP mode is seed 000's benchmark: nginx serving a 4 KiB file from disk with
+// The HTTP mode is the benchmark of nginx serving a 4 KiB file from disk with
 // sendfile and TCP_CORK, and wrk -c 100 GETting it over keep-alive connections. The
 // server child runs a net/http server on the transport's listener that serves a real
 // file it wrote to a temporary directory; this process runs the load generator, an
@@ -40,7 +40,7 @@ const (
 
 	// DefaultHTTPConns is the number of keep-alive connections (wrk -c 100).
 	DefaultHTTPConns = 100
-	// DefaultHTTPFileSize is the size of the served file (the seed's 4k.html).
+	// DefaultHTTPFileSize is the size of the served file (nginx's 4k.html in that benchmark).
 	DefaultHTTPFileSize = 4 << 10
 	// httpTimeout bounds the requests still unanswered when the measured time ends.
 	httpTimeout = 10 * time.Second
@@ -155,7 +155,7 @@ func (c *Config) httpBaseline() string {
 	return names[0]
 }
 
-// httpFileName is the served file's name, like the seed's 4k.html.
+// httpFileName is the served file's name, like nginx's 4k.html.
 func httpFileName(size int) string { return strings.ToLower(FormatSize(size)) + ".html" }
 
 // httpBody is the content of the served file of size bytes; both processes compute it.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,9 +16,7 @@ import (
 func httpTestConfig(t *testing.T, servers ...string) (Config, string) {
 	t.Helper()
 	ss, err := ResolveHTTPServers(servers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cfg, tmp := testConfig(t)
 	cfg.Duration, cfg.Warmup = 250*time.Millisecond, 50*time.Millisecond
 	cfg.HTTP = &HTTPConfig{Servers: ss, Conns: 4, FileSize: DefaultHTTPFileSize}
@@ -32,44 +29,36 @@ func TestHTTPEndToEnd(t *testing.T) {
 	cfg, tmp := httpTestConfig(t, "tcp:sendfile", "tcp:write", "tcp-sendstats")
 	cfg.Compare = &Comparison{Feature: "sendfile+cork", With: "tcp:sendfile", Without: "tcp:write"}
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := res.HTTP
-	if p == nil || len(p.Results) != 3 {
-		t.Fatalf("HTTP results: %+v", p)
-	}
-	if p.Baseline != "tcp:sendfile" || p.Path != "/4k.html" || p.Conns != 4 || p.FileSize != 4096 {
-		t.Errorf("point: baseline %q, path %q, %d conns, %d bytes", p.Baseline, p.Path, p.Conns, p.FileSize)
-	}
+	require.NotNil(t, p, "HTTP results")
+	require.Len(t, p.Results, 3)
+	assert.Equal(t, [...]any{"tcp:sendfile", "/4k.html", 4, 4096}, [...]any{p.Baseline, p.Path, p.Conns, p.FileSize},
+		"point: baseline, path, connections, file size")
 	for i, want := range []string{"tcp:sendfile", "tcp:write", "tcp-sendstats:sendfile"} {
 		r := p.Results[i]
-		if r.Name != want || len(r.Rounds) != 1 {
-			t.Errorf("result %d: %q with %d rounds, want %q", i, r.Name, len(r.Rounds), want)
-		}
-		if r.Requests == 0 || r.Measured == 0 || r.Failed != 0 || r.Succeeded != r.Requests {
-			t.Errorf("%s: %d requests, %d succeeded, %d measured, %d failed: %v", r.Name, r.Requests, r.Succeeded,
-				r.Measured, r.Failed, r.Errors)
-		}
-		if r.RequestsPerSec <= 0 || r.WindowNS <= 0 || r.Time.Samples != r.Measured || r.Time.P50NS <= 0 {
-			t.Errorf("%s: %f req/s over %d ns, %d times for %d measured", r.Name, r.RequestsPerSec, r.WindowNS,
-				r.Time.Samples, r.Measured)
-		}
-		if r.Dials == 0 || r.Dials > 4 {
-			t.Errorf("%s: %d connections dialed, want 1..4", r.Name, r.Dials)
-		}
+		assert.Equal(t, want, r.Name, "result %d", i)
+		assert.Len(t, r.Rounds, 1, r.Name)
+		assert.Positive(t, r.Requests, "%s: requests", r.Name)
+		assert.Positive(t, r.Measured, "%s: measured", r.Name)
+		assert.Zero(t, r.Failed, "%s: failed: %v", r.Name, r.Errors)
+		assert.Equal(t, r.Requests, r.Succeeded, "%s: succeeded", r.Name)
+		assert.Positive(t, r.RequestsPerSec, r.Name)
+		assert.Positive(t, r.WindowNS, r.Name)
+		assert.Equal(t, r.Measured, r.Time.Samples, "%s: times of the measured requests", r.Name)
+		assert.Positive(t, r.Time.P50NS, r.Name)
+		assert.True(t, r.Dials >= 1 && r.Dials <= 4, "%s: %d connections dialed, want 1..4", r.Name, r.Dials)
 		s := r.Server
-		if s == nil || s.Failed != 0 || s.Requests != r.Requests || s.Conns != r.Dials {
-			t.Fatalf("%s: server %+v; client made %d requests on %d connections", r.Name, s, r.Requests, r.Dials)
-		}
+		require.NotNil(t, s, "%s: server", r.Name)
+		require.Zero(t, s.Failed, "%s: server failed: %v", r.Name, s.Errors)
+		require.Equal(t, r.Requests, s.Requests, "%s: requests the server saw", r.Name)
+		require.Equal(t, r.Dials, s.Conns, "%s: connections the server saw", r.Name)
 		// The sendfile method hands every body to the connection's ReadFrom, from the file.
 		readFroms := s.Requests
 		if r.Method == HTTPWrite {
 			readFroms = 0
 		}
-		if s.ReadFroms != readFroms || s.FileReadFroms != readFroms {
-			t.Errorf("%s: %d ReadFroms, %d from the file; want %d", r.Name, s.ReadFroms, s.FileReadFroms, readFroms)
-		}
+		assert.Equal(t, [...]uint64{readFroms, readFroms}, [...]uint64{s.ReadFroms, s.FileReadFroms}, "%s: ReadFroms, from the file", r.Name)
 		// CPU time covers the measured requests: the client's exactly, the server's
 		// from the end of the warm-up, which it learns a moment later.
 		require.NotNil(t, r.CPU, r.Name)
@@ -80,24 +69,18 @@ func TestHTTPEndToEnd(t *testing.T) {
 		assert.Positive(t, r.CPU.PerOpNS, r.Name)
 	}
 	// Every server connection's counters are summed exactly once.
-	if s := p.Results[2].Server; s.Send == nil || s.Send.Conns != s.Conns || s.Send.Writes != statsWrites*s.Conns ||
-		s.Send.PeerDMB != 1<<20 {
-		t.Errorf("tcp-sendstats: server counters %+v over %d connections", s.Send, s.Conns)
+	if s := p.Results[2].Server; assert.NotNil(t, s.Send, "tcp-sendstats: server counters") {
+		assert.Equal(t, s.Conns, s.Send.Conns, "tcp-sendstats: connections counted")
+		assert.Equal(t, statsWrites*s.Conns, s.Send.Writes, "tcp-sendstats: writes over %d connections", s.Conns)
+		assert.Equal(t, 1<<20, s.Send.PeerDMB, "tcp-sendstats: peer DMB")
 	}
-	if p.Results[0].Server.Send != nil {
-		t.Errorf("tcp has send-path counters: %+v", p.Results[0].Server.Send)
-	}
-	if res.FailedRequests() != 0 {
-		t.Errorf("FailedRequests() = %d", res.FailedRequests())
-	}
-	if res.Settings.Descriptions["tcp"] == "" || res.Settings.Descriptions["tcp-sendstats"] != "TCP with made-up counters" {
-		t.Errorf("descriptions: %v", res.Settings.Descriptions)
-	}
+	assert.Nil(t, p.Results[0].Server.Send, "tcp has send-path counters")
+	assert.Zero(t, res.FailedRequests())
+	assert.NotEmpty(t, res.Settings.Descriptions["tcp"], "descriptions: %v", res.Settings.Descriptions)
+	assert.Equal(t, "TCP with made-up counters", res.Settings.Descriptions["tcp-sendstats"])
 
 	var buf bytes.Buffer
-	if err := res.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, res.WriteText(&buf))
 	out := buf.String()
 	for _, want := range []string{
 		"HTTP  GET /4k.html (4 KiB file on disk), 4 keep-alive connections",
@@ -108,16 +91,14 @@ func TestHTTPEndToEnd(t *testing.T) {
 		"  cpu/req = µs of CPU, client and server process together, per measured request; cores =\n",
 		"  pushes  cpu/req  cores  cpu vs tcp:sendfile\n",
 	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("text lacks %q:\n%s", want, out)
-		}
+		assert.Contains(t, out, want)
 	}
 
 	// The server children are reaped and removed their files.
 	expectNoChildren(t)
-	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
-		t.Errorf("server temporary directory holds %v (%v), want nothing", ents, err)
-	}
+	ents, err := os.ReadDir(tmp)
+	assert.NoError(t, err)
+	assert.Empty(t, ents, "server temporary directory")
 }
 
 // TestHTTPDetectsCorruptBody: a flipped bit in a response body fails that request, and
@@ -125,49 +106,35 @@ func TestHTTPEndToEnd(t *testing.T) {
 func TestHTTPDetectsCorruptBody(t *testing.T) {
 	cfg, _ := httpTestConfig(t, "tcp-flip-http-body:sendfile")
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := res.HTTP.Results[0]
 	// The first response of every connection arrives corrupted.
-	if r.FailedMismatch == 0 || r.FailedMismatch != r.Dials || r.Failed != r.FailedMismatch {
-		t.Fatalf("%d corrupt bodies, %d failures on %d connections; want one per connection: %v",
-			r.FailedMismatch, r.Failed, r.Dials, r.Errors)
+	require.Positive(t, r.FailedMismatch, "corrupt bodies: %v", r.Errors)
+	require.Equal(t, r.Dials, r.FailedMismatch, "corrupt bodies, one per connection: %v", r.Errors)
+	require.Equal(t, r.FailedMismatch, r.Failed, "failures: %v", r.Errors)
+	assert.Positive(t, r.Succeeded)
+	assert.Equal(t, r.Requests, r.Succeeded+r.Failed, "succeeded and failed requests")
+	if assert.NotEmpty(t, r.Errors) {
+		assert.Contains(t, r.Errors[0], "payload mismatch: body byte")
 	}
-	if r.Succeeded == 0 || r.Succeeded+r.Failed != r.Requests {
-		t.Errorf("%d of %d requests succeeded, %d failed", r.Succeeded, r.Requests, r.Failed)
-	}
-	if len(r.Errors) == 0 || !strings.Contains(r.Errors[0], "payload mismatch: body byte") {
-		t.Errorf("errors: %q", r.Errors)
-	}
-	if res.FailedRequests() != r.Failed {
-		t.Errorf("FailedRequests() = %d, want %d", res.FailedRequests(), r.Failed)
-	}
+	assert.Equal(t, r.Failed, res.FailedRequests())
 	var buf bytes.Buffer
-	if err := res.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(buf.String(), "!!! FAILED REQUESTS") || !strings.Contains(buf.String(), " !!") {
-		t.Errorf("the failures are not marked:\n%s", buf.String())
-	}
+	require.NoError(t, res.WriteText(&buf))
+	assert.Contains(t, buf.String(), "!!! FAILED REQUESTS")
+	assert.Contains(t, buf.String(), " !!")
 }
 
 func TestResolveHTTPServers(t *testing.T) {
 	ss, err := ResolveHTTPServers([]string{"tcp", "tcp:write", "unix:sendfile"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var names []string
 	for _, s := range ss {
 		names = append(names, s.Name())
 	}
-	if strings.Join(names, ",") != "tcp:sendfile,tcp:write,unix:sendfile" {
-		t.Errorf("servers %v", names)
-	}
+	assert.Equal(t, []string{"tcp:sendfile", "tcp:write", "unix:sendfile"}, names)
 	for _, bad := range [][]string{nil, {"tcp:splice"}, {"nope:write"}, {"tcp", "tcp:sendfile"}} {
-		if _, err := ResolveHTTPServers(bad); err == nil {
-			t.Errorf("ResolveHTTPServers(%q) accepted it", bad)
-		}
+		_, err := ResolveHTTPServers(bad)
+		assert.Error(t, err, "ResolveHTTPServers(%q)", bad)
 	}
 }
 
@@ -187,16 +154,13 @@ func TestHTTPRejectsBadConfig(t *testing.T) {
 		h := *good.HTTP
 		c.HTTP = &h
 		mutate(&c)
-		if _, err := Run(context.Background(), c); err == nil {
-			t.Errorf("%s: Run accepted the config", name)
-		}
+		_, err := Run(context.Background(), c)
+		assert.Error(t, err, "%s: Run accepted the config", name)
 	}
 	// The baseline may name the transport of a server.
 	c := good
 	c.Baseline = "tcp"
-	if got := c.httpBaseline(); got != "tcp:sendfile" {
-		t.Errorf("baseline tcp picks %q", got)
-	}
+	assert.Equal(t, "tcp:sendfile", c.httpBaseline(), "baseline tcp")
 }
 
 func TestHTTPStopsWhenCancelled(t *testing.T) {
@@ -208,21 +172,17 @@ func TestHTTPStopsWhenCancelled(t *testing.T) {
 // TestSendStatsInMessageModes: stream and ping-pong sum the client's send-path counters.
 func TestSendStatsInMessageModes(t *testing.T) {
 	tr, err := Lookup("tcp-sendstats")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cfg, _ := testConfig(t, tr, TCP())
 	cfg.LatSizes, cfg.BWSizes, cfg.Rounds = []int{14}, []int{64}, 2
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, s := range []*SendStats{res.Latency[0].Results[0].ClientSend, res.Stream[0].Results[0].ClientSend} {
-		if s == nil || s.Conns != 2 || s.Writes != 2*statsWrites || s.Autocorked != 2*statsAutocorked {
-			t.Errorf("client counters %+v, want two connections' worth", s)
+		if assert.NotNil(t, s, "client counters") {
+			assert.Equal(t, [...]uint64{2, 2 * statsWrites, 2 * statsAutocorked}, [...]uint64{s.Conns, s.Writes, s.Autocorked},
+				"client counters: connections, writes, autocorked: two connections' worth")
 		}
 	}
-	if res.Latency[0].Results[1].ClientSend != nil || res.Stream[0].Results[1].ClientSend != nil {
-		t.Error("tcp has client counters")
-	}
+	assert.Nil(t, res.Latency[0].Results[1].ClientSend, "tcp has client counters")
+	assert.Nil(t, res.Stream[0].Results[1].ClientSend, "tcp has client counters")
 }

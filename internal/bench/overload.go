@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// The overload mode is seed 003's overload case: a server whose handshakes pile up must
-// still accept and serve plain TCP clients promptly (its accept path does not wait on
-// handshakes), and with handshake limitation it must serve its own clients as TCP at
-// once instead of queueing them behind the stalled handshakes.
+// The overload mode is the case of handshake limitation (SMC_LIMIT_HS): a server whose
+// handshakes pile up must still accept and serve plain TCP clients promptly (its accept
+// path does not wait on handshakes), and with handshake limitation it must serve its own
+// clients as TCP at once instead of queueing them behind the stalled handshakes.
 //
 // Against a fresh server per transport and round, Stalls clients connect with the
 // transport's Stall hook and never send their part of the handshake; each one that the

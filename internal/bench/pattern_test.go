@@ -1,25 +1,20 @@
 package bench
 
 import (
-	"bytes"
-	"errors"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestPatternMessagesDiffer(t *testing.T) {
 	p := newPattern(64)
 	for i := range uint64(1000) {
-		if bytes.Equal(p.message(i), p.message(i+1)) {
-			t.Fatalf("messages %d and %d are equal", i, i+1)
-		}
+		require.NotEqual(t, p.message(i), p.message(i+1), "messages %d and %d", i, i+1)
 	}
-	if !bytes.Equal(p.message(7), newPattern(64).message(7)) {
-		t.Fatal("two patterns of the same size differ")
-	}
-	if !bytes.Equal(p.message(0), p.message(patternSpan)) {
-		t.Fatal("message patternSpan is not message 0 again")
-	}
+	assert.Equal(t, p.message(7), newPattern(64).message(7), "two patterns of the same size")
+	assert.Equal(t, p.message(0), p.message(patternSpan), "message patternSpan is message 0 again")
 }
 
 // Every single flipped bit, in every byte of a message, is found at the right place.
@@ -27,23 +22,18 @@ func TestPatternCheckFindsEveryFlippedByte(t *testing.T) {
 	for _, size := range []int{1, 14, 100} {
 		p := newPattern(size)
 		const msg = 12345
-		if err := p.check(msg, slices.Clone(p.message(msg)), "client"); err != nil {
-			t.Fatalf("size %d: intact message: %v", size, err)
-		}
+		require.NoError(t, p.check(msg, slices.Clone(p.message(msg)), "client"), "size %d: intact message", size)
 		for off := range size {
 			for bit := range 8 {
 				got := slices.Clone(p.message(msg))
 				got[off] ^= 1 << bit
 				err := p.check(msg, got, "client")
 				var me *MismatchError
-				if !errors.As(err, &me) || !errors.Is(err, ErrMismatch) {
-					t.Fatalf("size %d, byte %d, bit %d: got %v, want a MismatchError", size, off, bit, err)
-				}
+				require.ErrorAs(t, err, &me, "size %d, byte %d, bit %d", size, off, bit)
+				require.ErrorIs(t, err, ErrMismatch, "size %d, byte %d, bit %d", size, off, bit)
 				want := MismatchError{Where: "client", Message: msg, Offset: off, Size: size,
 					Got: p.message(msg)[off] ^ 1<<bit, Want: p.message(msg)[off]}
-				if *me != want {
-					t.Fatalf("size %d, byte %d, bit %d: %+v, want %+v", size, off, bit, *me, want)
-				}
+				require.Equal(t, want, *me, "size %d, byte %d, bit %d", size, off, bit)
 			}
 		}
 	}
@@ -52,16 +42,11 @@ func TestPatternCheckFindsEveryFlippedByte(t *testing.T) {
 func TestEndMarker(t *testing.T) {
 	p := newPattern(14)
 	m := p.endMarker(5, make([]byte, 14))
-	if !p.isEndMarker(5, m) {
-		t.Fatal("end marker not recognised")
-	}
-	if p.isEndMarker(6, m) || p.isEndMarker(5, p.message(5)) {
-		t.Fatal("end marker of another message, or data, taken for an end marker")
-	}
+	assert.True(t, p.isEndMarker(5, m), "end marker recognised")
+	assert.False(t, p.isEndMarker(6, m), "end marker of another message taken for one")
+	assert.False(t, p.isEndMarker(5, p.message(5)), "data taken for an end marker")
 	for i := range m {
-		if m[i] == p.message(5)[i] {
-			t.Fatalf("end marker byte %d equals the data", i)
-		}
+		assert.NotEqual(t, p.message(5)[i], m[i], "end marker byte %d equals the data", i)
 	}
 }
 
@@ -96,10 +81,10 @@ func TestStreamVerifier(t *testing.T) {
 		for _, chunks := range [][]int{{1}, {3, 5}, {size}, {size + 1}, {len(s)}, {4096}} {
 			v := newStreamVerifier(p, "server")
 			data, end, err := feedChunks(v, s, chunks)
-			if err != nil || !end || data != 50*size || v.messages() != 50 {
-				t.Errorf("size %d, chunks %v: data %d, end %v, messages %d, err %v; want %d, true, 50, nil",
-					size, chunks, data, end, v.messages(), err, 50*size)
-			}
+			assert.NoError(t, err, "size %d, chunks %v", size, chunks)
+			assert.True(t, end, "size %d, chunks %v: end", size, chunks)
+			assert.Equal(t, 50*size, data, "size %d, chunks %v: data", size, chunks)
+			assert.Equal(t, uint64(50), v.messages(), "size %d, chunks %v: messages", size, chunks)
 		}
 	}
 }
@@ -113,25 +98,23 @@ func TestStreamVerifierFindsFlippedByte(t *testing.T) {
 		v := newStreamVerifier(p, "server")
 		_, end, err := feedChunks(v, s, []int{100, 37})
 		var me *MismatchError
-		if !errors.As(err, &me) || end {
-			t.Fatalf("flip at %d: end %v, err %v; want a MismatchError", pos, end, err)
-		}
-		if me.Message != uint64(pos/size) || me.Offset != pos%size || me.Got != p.message(me.Message)[me.Offset]^0x80 {
-			t.Fatalf("flip at %d: %+v, want message %d byte %d", pos, *me, pos/size, pos%size)
-		}
+		require.ErrorAs(t, err, &me, "flip at %d", pos)
+		require.False(t, end, "flip at %d: end", pos)
+		require.Equal(t, uint64(pos/size), me.Message, "flip at %d: message", pos)
+		require.Equal(t, pos%size, me.Offset, "flip at %d: offset", pos)
+		require.Equal(t, p.message(me.Message)[me.Offset]^0x80, me.Got, "flip at %d: byte got", pos)
 	}
 	// A corrupted end marker is not taken for the end.
 	s := stream(p, n)
 	s[len(s)-1] ^= 0x01
-	if _, end, err := feedChunks(newStreamVerifier(p, "server"), s, []int{1000}); !errors.Is(err, ErrMismatch) || end {
-		t.Fatalf("corrupt end marker: end %v, err %v; want ErrMismatch", end, err)
-	}
+	_, end, err := feedChunks(newStreamVerifier(p, "server"), s, []int{1000})
+	assert.ErrorIs(t, err, ErrMismatch, "corrupt end marker")
+	assert.False(t, end, "corrupt end marker taken for the end")
 }
 
 func TestStreamVerifierRejectsBytesAfterEnd(t *testing.T) {
 	p := newPattern(8)
 	s := append(stream(p, 3), 0)
-	if _, _, err := newStreamVerifier(p, "server").feed(s); !errors.Is(err, ErrProtocol) {
-		t.Fatalf("got %v, want ErrProtocol", err)
-	}
+	_, _, err := newStreamVerifier(p, "server").feed(s)
+	assert.ErrorIs(t, err, ErrProtocol)
 }

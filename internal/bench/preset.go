@@ -6,17 +6,17 @@ import (
 	"strings"
 )
 
-// Preset is a named set of bench options that reproduces one seed's table in one
+// Preset is a named set of bench options that reproduces one reference table in one
 // command. It stands for command-line options, so that options given explicitly
 // override it and the run's record shows what was measured.
 type Preset struct {
 	Name    string
-	Seed    string // the seed series whose table the preset reproduces
+	Seed    string // the reference series whose table the preset reproduces (docs/HISTORY.md)
 	Summary string
 	// Options are the command-line options the preset stands for, by flag name, in order.
 	Options []Option
-	// Compare pairs the transports (or HTTP servers) whose difference the seed's
-	// percentage columns show.
+	// Compare pairs the transports (or HTTP servers) whose difference the reference
+	// table's percentage columns show.
 	Compare *Comparison
 }
 
@@ -25,7 +25,7 @@ type Option struct {
 	Name, Value string
 }
 
-// presets are the seed tables. Durations keep each preset at one to two minutes on a
+// presets are the reference tables. Durations keep each preset at one to two minutes on a
 // two-CPU machine.
 var presets = []Preset{
 	{

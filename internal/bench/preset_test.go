@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,37 +20,28 @@ func presetOptions(opts []Option) map[string]string {
 }
 
 func TestPresetExpansion(t *testing.T) {
-	if got := PresetNames(); !slices.Equal(got, []string{"autocork", "autosplit", "sendfile"}) {
-		t.Fatalf("presets %v", got)
-	}
-	if _, err := LookupPreset("nagle"); err == nil || !strings.Contains(err.Error(), "known: autocork, autosplit, sendfile") {
-		t.Errorf("unknown preset: %v", err)
-	}
+	require.Equal(t, []string{"autocork", "autosplit", "sendfile"}, PresetNames())
+	_, err := LookupPreset("nagle")
+	assert.ErrorContains(t, err, "known: autocork, autosplit, sendfile", "unknown preset")
 
 	// Nothing given on the command line: the whole preset.
 	p, err := LookupPreset("autocork")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	none := func(string) bool { return false }
-	if got := p.Expand(none); !slices.Equal(got, p.Options) {
-		t.Errorf("Expand with nothing set = %v, want %v", got, p.Options)
-	}
+	assert.Equal(t, p.Options, p.Expand(none), "Expand with nothing set")
 	o := presetOptions(p.Expand(none))
 	sizes, err := ParseSizes(o["bw-sizes"])
-	if err != nil || len(sizes) != 17 || sizes[0] != 1 || sizes[16] != 64<<10 {
-		t.Errorf("autocork sizes %v (%v), want 1 B .. 64 KiB in 17 steps", sizes, err)
+	require.NoError(t, err, "autocork sizes")
+	if assert.Len(t, sizes, 17, "autocork sizes: 1 B .. 64 KiB in 17 steps") {
+		assert.Equal(t, [...]int{1, 64 << 10}, [...]int{sizes[0], sizes[16]}, "autocork sizes: 1 B .. 64 KiB")
 	}
-	if o["mode"] != "bw" || o["transports"] != "smcd-autocork,smcd,tcp" {
-		t.Errorf("autocork options %v", o)
-	}
+	assert.Equal(t, [...]string{"bw", "smcd-autocork,smcd,tcp"}, [...]string{o["mode"], o["transports"]}, "autocork mode, transports")
 	// 17 sizes, 3 transports: one to two minutes.
 	d, _ := time.ParseDuration(o["duration"])
 	w, _ := time.ParseDuration(o["warmup"])
 	rounds, _ := strconv.Atoi(o["rounds"])
-	if total := time.Duration(17*3*rounds) * (d + w); total < 30*time.Second || total > 100*time.Second {
-		t.Errorf("autocork measures for %v", total)
-	}
+	total := time.Duration(17*3*rounds) * (d + w)
+	assert.True(t, total >= 30*time.Second && total <= 100*time.Second, "autocork measures for %v", total)
 
 	// Options given explicitly override the preset's, which keeps its order otherwise.
 	set := map[string]bool{"duration": true, "transports": true}
@@ -60,42 +50,33 @@ func TestPresetExpansion(t *testing.T) {
 	for _, o := range got {
 		names = append(names, o.Name)
 	}
-	if !slices.Equal(names, []string{"mode", "bw-sizes", "warmup", "rounds"}) {
-		t.Errorf("Expand with duration and transports set = %v", got)
-	}
+	assert.Equal(t, []string{"mode", "bw-sizes", "warmup", "rounds"}, names, "Expand with duration and transports set: %v", got)
 
 	// The comparison holds while both of its transports are measured.
-	if c := p.CompareFor([]string{"tcp", "smcd", "smcd-autocork"}); c == nil || *c != *p.Compare || c == p.Compare {
-		t.Errorf("CompareFor(all) = %v, want a copy of %v", c, p.Compare)
+	if c := p.CompareFor([]string{"tcp", "smcd", "smcd-autocork"}); assert.NotNil(t, c, "CompareFor(all)") {
+		assert.Equal(t, *p.Compare, *c, "CompareFor(all)")
+		assert.NotSame(t, p.Compare, c, "CompareFor(all) returns a copy")
 	}
-	if c := p.CompareFor([]string{"smcd", "tcp"}); c != nil {
-		t.Errorf("CompareFor without smcd-autocork = %v", c)
-	}
+	assert.Nil(t, p.CompareFor([]string{"smcd", "tcp"}), "CompareFor without smcd-autocork")
 
 	as, _ := LookupPreset("autosplit")
 	o = presetOptions(as.Options)
 	sizes, err = ParseSizes(o["lat-sizes"])
-	if err != nil || !slices.Equal(sizes, []int{128 << 10, 256 << 10, 512 << 10, 1 << 20}) {
-		t.Errorf("autosplit sizes %v (%v)", sizes, err)
-	}
-	if o["mode"] != "lat" || o["pin"] != "true" || as.Compare.With != "smcd-1m-split" || as.Compare.Without != "smcd-1m-nosplit" ||
-		!strings.Contains(o["transports"], "tcp") {
-		t.Errorf("autosplit options %v, comparison %+v", o, as.Compare)
-	}
+	assert.NoError(t, err, "autosplit sizes")
+	assert.Equal(t, []int{128 << 10, 256 << 10, 512 << 10, 1 << 20}, sizes, "autosplit sizes")
+	assert.Equal(t, [...]string{"lat", "true", "smcd-1m-split", "smcd-1m-nosplit"},
+		[...]string{o["mode"], o["pin"], as.Compare.With, as.Compare.Without}, "autosplit mode, pin, comparison")
+	assert.Contains(t, o["transports"], "tcp", "autosplit transports")
 
 	sf, _ := LookupPreset("sendfile")
 	o = presetOptions(sf.Options)
-	if o["mode"] != "http" || o["http-conns"] != "100" || o["http-size"] != "4K" {
-		t.Errorf("sendfile options %v", o)
-	}
+	assert.Equal(t, [...]string{"http", "100", "4K"}, [...]string{o["mode"], o["http-conns"], o["http-size"]}, "sendfile mode, connections, size")
 	servers := strings.Split(o["transports"], ",")
-	if !slices.Equal(servers, DefaultHTTPServers) || sf.CompareFor(servers) == nil {
-		t.Errorf("sendfile servers %v, comparison %+v", servers, sf.Compare)
-	}
+	assert.Equal(t, DefaultHTTPServers, servers, "sendfile servers")
+	assert.NotNil(t, sf.CompareFor(servers), "sendfile comparison %+v", sf.Compare)
 	for _, s := range servers {
-		if _, method, _ := strings.Cut(s, ":"); method != HTTPSendfile && method != HTTPWrite {
-			t.Errorf("server %q: method %q", s, method)
-		}
+		_, method, _ := strings.Cut(s, ":")
+		assert.Contains(t, []string{HTTPSendfile, HTTPWrite}, method, "server %q", s)
 	}
 }
 
@@ -118,9 +99,7 @@ func compareResults() *Results {
 
 func TestWriteTextCompare(t *testing.T) {
 	var buf bytes.Buffer
-	if err := compareResults().WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, compareResults().WriteText(&buf))
 	out := buf.String()
 	for _, want := range []string{
 		"  preset    autocork: seed 001 (autocorking)",
@@ -132,24 +111,17 @@ func TestWriteTextCompare(t *testing.T) {
 		"    smcd: 960 of 1,000 writes held back, 40 pushes; DMB 64 KiB, peer's 64 KiB.",
 		"    smcd-nocork: 0 of 1,000 writes held back, 1,000 pushes; DMB 64 KiB, peer's 64 KiB.",
 	} {
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("text lacks line %q:\n%s", want, out)
-		}
+		assert.Contains(t, out, want+"\n")
 	}
-	if strings.Contains(out, "msgs/s") {
-		t.Errorf("the plain stream table is there too:\n%s", out)
-	}
+	assert.NotContains(t, out, "msgs/s", "the plain stream table is there too")
 
 	// Without one of the pair, the plain table.
 	r := compareResults()
 	r.Stream[0].Results = r.Stream[0].Results[1:]
 	buf.Reset()
-	if err := r.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(buf.String(), "msgs/s") || strings.Contains(buf.String(), "gain") {
-		t.Errorf("no plain table without the pair:\n%s", buf.String())
-	}
+	require.NoError(t, r.WriteText(&buf))
+	assert.Contains(t, buf.String(), "msgs/s", "the plain table without the pair")
+	assert.NotContains(t, buf.String(), "gain", "the plain table without the pair")
 }
 
 func TestWriteTextLatencyCompare(t *testing.T) {
@@ -157,9 +129,7 @@ func TestWriteTextLatencyCompare(t *testing.T) {
 	r.Settings.Compare = &Comparison{Feature: "autosplit", With: "smcd", Without: "tcp"}
 	r.Latency[0].Results[0].ClientSend = &SendStats{Conns: 2, Writes: 100, AutosplitSegments: 700, DMB: 1 << 20, PeerDMB: 1 << 20}
 	var buf bytes.Buffer
-	if err := r.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.WriteText(&buf))
 	out := buf.String()
 	for _, want := range []string{
 		"            smcd           tcp      autosplit improvement        smcd",
@@ -167,9 +137,7 @@ func TestWriteTextLatencyCompare(t *testing.T) {
 		"  14 B  12.80  13.20  25.60  28.00  +50.0%         +52.9%  -50.0%       7.0  0.132",
 		"    smcd: 700 segments in 100 writes; DMB 1 MiB, peer's 1 MiB.",
 	} {
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("text lacks line %q:\n%s", want, out)
-		}
+		assert.Contains(t, out, want+"\n")
 	}
 }
 
@@ -185,9 +153,7 @@ func TestPercentFormats(t *testing.T) {
 		{percent0(1, 200), "0.5%"},
 		{percent0(96, 100), "96%"},
 	} {
-		if c.got != c.want {
-			t.Errorf("got %q, want %q", c.got, c.want)
-		}
+		assert.Equal(t, c.want, c.got)
 	}
 }
 

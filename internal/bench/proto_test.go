@@ -1,9 +1,11 @@
 package bench
 
 import (
-	"errors"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
@@ -12,13 +14,10 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{modeStream, MaxSize, 200 * time.Millisecond},
 	} {
 		b := h.append(nil)
-		if len(b) != headerLen {
-			t.Fatalf("header is %d bytes, want %d", len(b), headerLen)
-		}
+		require.Len(t, b, headerLen)
 		got, err := parseHeader(b)
-		if err != nil || got != h {
-			t.Fatalf("parseHeader(%x) = %+v, %v; want %+v", b, got, err, h)
-		}
+		require.NoError(t, err, "parseHeader(%x)", b)
+		assert.Equal(t, h, got, "parseHeader(%x)", b)
 	}
 }
 
@@ -37,9 +36,8 @@ func TestHeaderRejects(t *testing.T) {
 		"all zeros": func(b []byte) []byte { return make([]byte, headerLen) },
 	} {
 		b := mutate(append([]byte(nil), good...))
-		if _, err := parseHeader(b); !errors.Is(err, ErrProtocol) {
-			t.Errorf("%s: got %v, want ErrProtocol", name, err)
-		}
+		_, err := parseHeader(b)
+		assert.ErrorIs(t, err, ErrProtocol, name)
 	}
 }
 
@@ -47,23 +45,15 @@ func TestReportRoundTrip(t *testing.T) {
 	r := report{messages: 3, bytes: 192, windowBytes: 128, window: 5 * time.Millisecond,
 		cpu: cpuSpan{user: 7 * time.Millisecond, sys: 2 * time.Millisecond, wall: 6 * time.Millisecond, ops: 2}}
 	b := r.append(nil)
-	if len(b) != reportLen {
-		t.Fatalf("report is %d bytes, want %d", len(b), reportLen)
-	}
+	require.Len(t, b, reportLen)
 	got, err := parseReport(b)
-	if err != nil || got != r {
-		t.Fatalf("parseReport = %+v, %v; want %+v", got, err, r)
-	}
-	bad := report{bytes: 10, windowBytes: 11}.append(nil)
-	if _, err := parseReport(bad); !errors.Is(err, ErrProtocol) {
-		t.Fatalf("window larger than total: got %v, want ErrProtocol", err)
-	}
-	tooMany := report{messages: 3, bytes: 192, cpu: cpuSpan{ops: 4}}.append(nil)
-	if _, err := parseReport(tooMany); !errors.Is(err, ErrProtocol) {
-		t.Fatalf("CPU interval with more messages than received: got %v, want ErrProtocol", err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, r, got)
+	_, err = parseReport(report{bytes: 10, windowBytes: 11}.append(nil))
+	assert.ErrorIs(t, err, ErrProtocol, "window larger than total")
+	_, err = parseReport(report{messages: 3, bytes: 192, cpu: cpuSpan{ops: 4}}.append(nil))
+	assert.ErrorIs(t, err, ErrProtocol, "CPU interval with more messages than received")
 	b[0] ^= 1
-	if _, err := parseReport(b); !errors.Is(err, ErrProtocol) {
-		t.Fatalf("bad magic: got %v, want ErrProtocol", err)
-	}
+	_, err = parseReport(b)
+	assert.ErrorIs(t, err, ErrProtocol, "bad magic")
 }

@@ -17,7 +17,7 @@ import (
 func (r *Results) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	r.writeHeader(bw)
-	// The seed-style tables replace the plain ones when their pair was measured.
+	// The comparison tables replace the plain ones when their pair was measured.
 	var latCmp, bwCmp *Comparison
 	if len(r.Latency) > 0 {
 		latCmp = r.comparing(latencyNames(r.Latency[0]))

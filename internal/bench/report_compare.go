@@ -7,9 +7,9 @@ import (
 	"slices"
 )
 
-// The seed-style tables: when the run pairs two transports that differ in one feature
+// The comparison tables: when the run pairs two transports that differ in one feature
 // (Settings.Compare), the message tables have one row per size and a column group per
-// figure, with percentage columns as the seeds print them.
+// figure, with percentage columns for the transports and the feature.
 
 // comparing returns the comparison if both of its transports are among names.
 func (r *Results) comparing(names []string) *Comparison {
@@ -48,8 +48,8 @@ func change(a, b float64) string {
 	return fmt.Sprintf("%+.1f%%", x)
 }
 
-// improvement writes how much lower a is than b as a signed percentage: the seed's
-// "(32% improve)" is (b - a) / b.
+// improvement writes how much lower a is than b as a signed percentage, (b - a) / b,
+// as a "(32% improve)" column reads.
 func improvement(a, b float64) string {
 	if a <= 0 || b <= 0 {
 		return "-"

@@ -53,7 +53,7 @@ type Settings struct {
 	ServerCPU  int      `json:"server_cpu"` // -1 when not pinned
 	// Preset names the preset the run was made with, if any.
 	Preset string `json:"preset,omitempty"`
-	// Compare pairs the transports of the seed-style tables, if any.
+	// Compare pairs the transports of the comparison tables, if any.
 	Compare *Comparison `json:"compare,omitempty"`
 	// Descriptions describe the measured transports' settings, by name.
 	Descriptions map[string]string `json:"descriptions,omitempty"`
@@ -63,7 +63,7 @@ type Settings struct {
 }
 
 // Comparison pairs two transports that differ in one feature, so that the tables show
-// what the feature gains, as the seeds' percentage columns do.
+// what the feature gains, in percentage columns.
 type Comparison struct {
 	Feature string `json:"feature"` // "autocork", "autosplit", "sendfile+cork"
 	With    string `json:"with"`    // the transport (or HTTP server) with the feature
@@ -255,7 +255,7 @@ type ServerConnStats struct {
 	CPUServed   uint64 `json:"cpu_served,omitempty"`
 }
 
-// OverloadPoint holds the overload results (seed 003's overload case): while Stalls
+// OverloadPoint holds the overload results (handshake limitation's case): while Stalls
 // clients hold handshakes open without ever sending their part, Conns plain TCP clients,
 // then Conns clients of the transport itself, connect to the same server, Concurrency at
 // a time, each kind for at most LimitNS.
@@ -292,7 +292,7 @@ type OverloadStats struct {
 	Server *ServerConnStats `json:"server,omitempty"`
 }
 
-// HTTPPoint holds the HTTP results (seed 000: nginx serving a 4 KiB file, wrk -c 100):
+// HTTPPoint holds the HTTP results (as nginx serving a 4 KiB file to wrk -c 100):
 // Conns keep-alive clients GET one file of FileSize bytes back to back from each server
 // in turn, for the warm-up and then the measured time.
 type HTTPPoint struct {

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -54,32 +53,21 @@ func sampleCPU(cUser, cSys float64, cOps uint64, sUser, sSys float64, sOps uint6
 func TestJSONRoundTrip(t *testing.T) {
 	want := sampleResults()
 	var buf bytes.Buffer
-	if err := want.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, want.WriteJSON(&buf))
 	got, err := ReadJSON(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("round trip changed the results:\n got %+v\nwant %+v", got, want)
-	}
+	require.NoError(t, err)
+	require.Equal(t, want, got, "round trip")
 	for _, key := range []string{`"schema": "smcloop-bench/1"`, `"p999_ns": 40300`, `"nproc": 2`, `"kernel": "6.18.44"`,
 		`"bytes_received": 12800000000`, `"date": "2026-03-01T12:34:56Z"`, `"client_ops": 150000`, `"server_sys_ns": 400000000`} {
-		if !strings.Contains(buf.String(), key) {
-			t.Errorf("JSON lacks %s", key)
-		}
+		assert.Contains(t, buf.String(), key, "JSON")
 	}
-	if _, err := ReadJSON(strings.NewReader(`{"schema": "other/1"}`)); err == nil {
-		t.Error("ReadJSON accepted another schema")
-	}
+	_, err = ReadJSON(strings.NewReader(`{"schema": "other/1"}`))
+	assert.Error(t, err, "ReadJSON accepted another schema")
 }
 
 func TestWriteText(t *testing.T) {
 	var buf bytes.Buffer
-	if err := sampleResults().WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sampleResults().WriteText(&buf))
 	out := buf.String()
 	for _, want := range []string{
 		"  command   smcloop bench --lat-sizes '1:64K:*2'",
@@ -96,20 +84,14 @@ func TestWriteText(t *testing.T) {
 	} {
 		assert.Contains(t, out, "\n"+want+"\n")
 	}
-	if strings.Contains(out, "WARNING") {
-		t.Errorf("warning without cause:\n%s", out)
-	}
+	assert.NotContains(t, out, "WARNING", "warning without cause")
 
 	disturbed := sampleResults()
 	disturbed.Floors.CacheLineRTTNS = 20000
 	disturbed.Latency[0].FloorNS = 20008
 	buf.Reset()
-	if err := disturbed.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(buf.String(), "WARNING: a transport beat a floor") {
-		t.Errorf("no warning for a floor above a p50:\n%s", buf.String())
-	}
+	require.NoError(t, disturbed.WriteText(&buf))
+	assert.Contains(t, buf.String(), "WARNING: a transport beat a floor", "the warning for a floor above a p50")
 }
 
 // TestCPUStats pins the derived CPU figures and their sums over rounds.

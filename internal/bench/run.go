@@ -49,7 +49,7 @@ type Config struct {
 	// HTTP, if set, measures an HTTP server serving a file, last.
 	HTTP *HTTPConfig
 	// Compare, if set, pairs two transports (or HTTP servers) that differ in one feature:
-	// the tables then are the seeds' layout, with percentage columns for the feature.
+	// the tables then have one row per size, with percentage columns for the feature.
 	Compare *Comparison
 	// Preset is the name of the preset the run was made with, for the record.
 	Preset string

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,9 +36,7 @@ func TestRunEndToEnd(t *testing.T) {
 		steps = append(steps, fmt.Sprintf("%d/%d %s", step, total, what))
 	}
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 
 	// Transports alternate within each point, and each round starts one further along.
 	var want []string
@@ -49,25 +45,18 @@ func TestRunEndToEnd(t *testing.T) {
 			want = append(want, fmt.Sprintf("%d/16 %s, %s of 2", len(want)+1, point, tr))
 		}
 	}
-	if !slices.Equal(steps, want) {
-		t.Errorf("progress:\n%s\nwant:\n%s", strings.Join(steps, "\n"), strings.Join(want, "\n"))
-	}
+	assert.Equal(t, want, steps, "progress")
 
-	if len(res.Latency) != 2 || len(res.Stream) != 2 {
-		t.Fatalf("%d latency and %d stream points, want 2 and 2", len(res.Latency), len(res.Stream))
-	}
+	require.Len(t, res.Latency, 2)
+	require.Len(t, res.Stream, 2)
 	for _, p := range res.Latency {
 		for i, r := range p.Results {
-			if r.Transport != cfg.Transports[i].Name || len(r.Rounds) != 2 {
-				t.Errorf("ping-pong %d result %d: transport %q with %d rounds", p.Size, i, r.Transport, len(r.Rounds))
-			}
-			if r.Samples == 0 || r.Samples != r.Rounds[0].Samples+r.Rounds[1].Samples {
-				t.Errorf("ping-pong %d %s: %d samples, rounds %d + %d", p.Size, r.Transport, r.Samples,
-					r.Rounds[0].Samples, r.Rounds[1].Samples)
-			}
-			if !(0 < r.MinNS && r.MinNS <= r.P50NS && r.P50NS <= r.P99NS && r.P99NS <= r.P999NS && r.P999NS <= r.MaxNS) {
-				t.Errorf("ping-pong %d %s: percentiles out of order: %+v", p.Size, r.Transport, r.LatencyStats)
-			}
+			assert.Equal(t, cfg.Transports[i].Name, r.Transport, "ping-pong %d result %d", p.Size, i)
+			require.Len(t, r.Rounds, 2, "ping-pong %d %s", p.Size, r.Transport)
+			assert.Positive(t, r.Samples, "ping-pong %d %s", p.Size, r.Transport)
+			assert.Equal(t, r.Rounds[0].Samples+r.Rounds[1].Samples, r.Samples, "ping-pong %d %s: samples, the rounds' sum", p.Size, r.Transport)
+			assert.True(t, 0 < r.MinNS && r.MinNS <= r.P50NS && r.P50NS <= r.P99NS && r.P99NS <= r.P999NS && r.P999NS <= r.MaxNS,
+				"ping-pong %d %s: percentiles out of order: %+v", p.Size, r.Transport, r.LatencyStats)
 			// The client's CPU interval covers exactly the measured round trips.
 			require.NotNil(t, r.CPU, "ping-pong %d %s: CPU", p.Size, r.Transport)
 			require.Len(t, r.RoundsCPU, 2)
@@ -85,14 +74,14 @@ func TestRunEndToEnd(t *testing.T) {
 		for _, res := range p.Results {
 			for k, r := range append([]StreamStats{res.StreamStats}, res.Rounds...) {
 				what := fmt.Sprintf("stream %d %s (0: all rounds, else round %d)", p.Size, res.Transport, k)
-				if r.MessagesSent == 0 || r.BytesReceived != r.BytesSent || r.MessagesReceived != r.MessagesSent ||
-					r.BytesSent != r.MessagesSent*uint64(p.Size) {
-					t.Errorf("%s: sent %d messages (%d bytes), received %d (%d bytes)", what,
-						r.MessagesSent, r.BytesSent, r.MessagesReceived, r.BytesReceived)
-				}
-				if r.WindowBytes == 0 || r.WindowBytes > r.BytesReceived || r.WindowNS <= 0 || r.BytesPerSec <= 0 {
-					t.Errorf("%s: window %d bytes in %d ns, %f B/s", what, r.WindowBytes, r.WindowNS, r.BytesPerSec)
-				}
+				assert.Positive(t, r.MessagesSent, "%s: messages sent", what)
+				assert.Equal(t, r.MessagesSent, r.MessagesReceived, "%s: messages received", what)
+				assert.Equal(t, r.MessagesSent*uint64(p.Size), r.BytesSent, "%s: bytes sent", what)
+				assert.Equal(t, r.BytesSent, r.BytesReceived, "%s: bytes received", what)
+				assert.Positive(t, r.WindowBytes, "%s: window bytes", what)
+				assert.LessOrEqual(t, r.WindowBytes, r.BytesReceived, "%s: window bytes", what)
+				assert.Positive(t, r.WindowNS, "%s: window", what)
+				assert.Positive(t, r.BytesPerSec, "%s: bytes per second", what)
 				// The receiver's CPU interval is its measurement window.
 				require.NotNil(t, r.CPU, what)
 				if k > 0 {
@@ -114,9 +103,9 @@ func TestRunEndToEnd(t *testing.T) {
 
 	// Every server child has been reaped and the unix sockets' directories removed.
 	expectNoChildren(t)
-	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
-		t.Errorf("server temporary directory holds %v (%v), want nothing", ents, err)
-	}
+	ents, err := os.ReadDir(tmp)
+	assert.NoError(t, err)
+	assert.Empty(t, ents, "server temporary directory")
 }
 
 // TestRunDetectsCorruption checks that a transport that changes one bit cannot post a
@@ -136,18 +125,17 @@ func TestRunDetectsCorruption(t *testing.T) {
 			cfg, _ := testConfig(t, tt.flip.transport())
 			cfg.LatSizes, cfg.BWSizes = tt.lat, tt.bw
 			res, err := Run(context.Background(), cfg)
-			if !errors.Is(err, ErrMismatch) || res != nil {
-				t.Fatalf("got %v, %v; want ErrMismatch", res, err)
-			}
-			var se *ServerError
-			var me *MismatchError
-			switch {
-			case tt.wantServer && !(errors.As(err, &se) && se.Kind == "mismatch"):
-				t.Fatalf("got %v; want the server to report the mismatch", err)
-			case !tt.wantServer && !(errors.As(err, &me) && me.Where == "client"):
-				t.Fatalf("got %v; want the client to report the mismatch", err)
-			case !tt.wantServer && (me.Message != flipMessage || me.Offset != flipByte):
-				t.Fatalf("client found message %d byte %d, want %d and %d", me.Message, me.Offset, flipMessage, flipByte)
+			require.ErrorIs(t, err, ErrMismatch)
+			require.Nil(t, res)
+			if tt.wantServer {
+				var se *ServerError
+				require.ErrorAs(t, err, &se, "the server reports the mismatch")
+				require.Equal(t, "mismatch", se.Kind, "the server reports the mismatch")
+			} else {
+				var me *MismatchError
+				require.ErrorAs(t, err, &me, "the client reports the mismatch")
+				require.Equal(t, "client", me.Where, "the client reports the mismatch")
+				require.Equal(t, [...]any{uint64(flipMessage), flipByte}, [...]any{me.Message, me.Offset}, "the message and byte the client found")
 			}
 			expectNoChildren(t)
 		})
@@ -162,9 +150,7 @@ func TestRunServerFailsToStart(t *testing.T) {
 	cfg, _ := testConfig(t, tr)
 	cfg.LatSizes = []int{14}
 	_, err := Run(context.Background(), cfg)
-	if err == nil || !strings.Contains(err.Error(), `unknown transport "not-registered-in-the-child"`) {
-		t.Fatalf("got %v; want the child's unknown-transport error", err)
-	}
+	require.ErrorContains(t, err, `unknown transport "not-registered-in-the-child"`, "the child's unknown-transport error")
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
@@ -185,9 +171,8 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	} {
 		c := good
 		mutate(&c)
-		if _, err := Run(context.Background(), c); err == nil {
-			t.Errorf("%s: Run accepted the config", name)
-		}
+		_, err := Run(context.Background(), c)
+		assert.Error(t, err, "%s: Run accepted the config", name)
 	}
 }
 
@@ -201,9 +186,8 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 			cancel(stop)
 		}
 	}
-	if _, err := Run(ctx, cfg); !errors.Is(err, stop) {
-		t.Fatalf("got %v, want %v", err, stop)
-	}
+	_, err := Run(ctx, cfg)
+	require.ErrorIs(t, err, stop)
 	expectNoChildren(t)
 }
 
@@ -215,46 +199,31 @@ func expectCancelStops(t *testing.T, cfg Config) {
 	stop := errors.New("stop here")
 	time.AfterFunc(300*time.Millisecond, func() { cancel(stop) })
 	start := time.Now()
-	if _, err := Run(ctx, cfg); !errors.Is(err, stop) {
-		t.Fatalf("got %v, want %v", err, stop)
-	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Errorf("Run took %v to stop", d)
-	}
+	_, err := Run(ctx, cfg)
+	require.ErrorIs(t, err, stop)
+	assert.LessOrEqual(t, time.Since(start), 20*time.Second, "Run's time to stop")
 	expectNoChildren(t)
 }
 
 func expectNoChildren(t *testing.T) {
 	t.Helper()
-	if kids := childProcesses(t); len(kids) != 0 {
-		t.Errorf("child processes left: %v", kids)
-	}
+	assert.Empty(t, childProcesses(t), "child processes left")
 }
 
 func TestRegistry(t *testing.T) {
-	if _, err := Lookup("tcp"); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := Defaults(), []string{"tcp", "unix"}; !slices.Equal(got, want) {
-		t.Errorf("Defaults() = %v, want %v", got, want)
-	}
-	_, err := Resolve([]string{"tcp", "smcd"})
-	if err == nil || !strings.Contains(err.Error(), "known: tcp, tcp-corrupt-answers, tcp-corrupt-requests, tcp-counted, tcp-fallback, tcp-fallback-mid, "+
-		"tcp-flip-http-body, tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, tcp-sendstats, tcp-zc, tcp-zc-flip, unix") {
-		t.Errorf("Resolve with an unknown name: %v", err)
-	}
-	if _, err := Resolve([]string{"tcp", "tcp"}); err == nil {
-		t.Error("Resolve accepted a repeated name")
-	}
+	_, err := Lookup("tcp")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"tcp", "unix"}, Defaults())
+	_, err = Resolve([]string{"tcp", "smcd"})
+	assert.ErrorContains(t, err, "known: tcp, tcp-corrupt-answers, tcp-corrupt-requests, tcp-counted, tcp-fallback, tcp-fallback-mid, "+
+		"tcp-flip-http-body, tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, tcp-sendstats, tcp-zc, tcp-zc-flip, unix",
+		"Resolve with an unknown name")
+	_, err = Resolve([]string{"tcp", "tcp"})
+	assert.Error(t, err, "Resolve accepted a repeated name")
 	trs, err := Resolve([]string{"unix", "tcp"})
-	if err != nil || len(trs) != 2 || trs[0].Name != "unix" || trs[1].Name != "tcp" {
-		t.Errorf("Resolve(unix, tcp) = %v, %v", trs, err)
+	if assert.NoError(t, err) && assert.Len(t, trs, 2) {
+		assert.Equal(t, [...]string{"unix", "tcp"}, [...]string{trs[0].Name, trs[1].Name})
 	}
 	RegisterBuiltins() // a second call is harmless
-	defer func() {
-		if recover() == nil {
-			t.Error("registering tcp twice did not panic")
-		}
-	}()
-	Register(TCP())
+	assert.Panics(t, func() { Register(TCP()) }, "registering tcp twice")
 }

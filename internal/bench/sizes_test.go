@@ -1,8 +1,9 @@
 package bench
 
 import (
-	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestParseSizes(t *testing.T) {
@@ -26,12 +27,8 @@ func TestParseSizes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := ParseSizes(tt.in)
-		if err != nil {
-			t.Errorf("ParseSizes(%q): %v", tt.in, err)
-			continue
-		}
-		if !slices.Equal(got, tt.want) {
-			t.Errorf("ParseSizes(%q) = %v, want %v", tt.in, got, tt.want)
+		if assert.NoError(t, err, "ParseSizes(%q)", tt.in) {
+			assert.Equal(t, tt.want, got, "ParseSizes(%q)", tt.in)
 		}
 	}
 }
@@ -41,9 +38,8 @@ func TestParseSizesErrors(t *testing.T) {
 		"", ",", "1,,2", "0", "-1", "+5", "x", "1.5K", "1G", "65M", "64K:1", "1:2:3:4",
 		"1:64K:2", "1:64K:*1", "1:64K:*0", "1:64K:+0", "1:64K:*", "K", "4294967296",
 	} {
-		if got, err := ParseSizes(in); err == nil {
-			t.Errorf("ParseSizes(%q) = %v, want an error", in, got)
-		}
+		got, err := ParseSizes(in)
+		assert.Error(t, err, "ParseSizes(%q) = %v", in, got)
 	}
 }
 
@@ -56,12 +52,9 @@ func TestFormatSize(t *testing.T) {
 		{64000, "64000"}, {1 << 20, "1M"}, {3 << 20, "3M"}, {1<<20 + 1024, "1025K"},
 	}
 	for _, tt := range tests {
-		if got := FormatSize(tt.n); got != tt.want {
-			t.Errorf("FormatSize(%d) = %q, want %q", tt.n, got, tt.want)
-		}
+		assert.Equal(t, tt.want, FormatSize(tt.n), "FormatSize(%d)", tt.n)
 		back, err := ParseSizes(tt.want)
-		if err != nil || !slices.Equal(back, []int{tt.n}) {
-			t.Errorf("ParseSizes(FormatSize(%d)) = %v, %v", tt.n, back, err)
-		}
+		assert.NoError(t, err, "ParseSizes(%q)", tt.want)
+		assert.Equal(t, []int{tt.n}, back, "ParseSizes(%q)", tt.want)
 	}
 }

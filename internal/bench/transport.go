@@ -174,7 +174,7 @@ var DefaultConnTransports = []string{"smcd", "smcd-slowhs", "smcd-slowhs-limit",
 // mode needs transports that listen on a TCP address.
 var DefaultOverloadTransports = []string{"smcd", "smcd-limit", "tcp"}
 
-// DefaultHTTPServers are the servers of the HTTP mode when none are named (seed 000):
+// DefaultHTTPServers are the servers of the HTTP mode when none are named:
 // smcloop serving the file with sendfile and cork, smcloop with plain writes, and TCP
 // with sendfile and cork, as nginx serves it.
 var DefaultHTTPServers = []string{"smcd:sendfile", "smcd:write", "tcp:sendfile"}

@@ -36,7 +36,7 @@ const slowHandshake = 80 * time.Millisecond
 const maxDMB = 1 << 20
 
 // registerSMC adds the smcloop transports: SMC-D with blocking doorbells, and with a
-// 200 µs busy-poll budget, send-path variants for the seed presets, and listener
+// 200 µs busy-poll budget, send-path variants for the presets, and listener
 // variants for the connection modes. Ping-pong and stream refuse a connection that fell
 // back to TCP (through the Mode hook), so TCP figures can never be posted under an smcd
 // name; the connection modes count both.
@@ -58,10 +58,10 @@ func registerSMC() {
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB, BusyPoll: 200 * time.Microsecond}, smcloop.ListenConfig{}},
 		{"smcd-copy", "smcloop, RMem/WMem 1 MiB, copying sends (own send buffer, then move_data)",
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB, SendMode: smcloop.SendCopy}, smcloop.ListenConfig{}},
-		// Seed 001: autocorking on (it is off by default; see docs/TUNING.md).
+		// The autocork preset: autocorking on (it is off by default; see docs/TUNING.md).
 		{"smcd-autocork", "smcloop defaults with autocorking on (AutocorkSize 64 KiB, the kernel's autocorking_size)", smcloop.Config{AutocorkSize: 64 << 10}, smcloop.ListenConfig{}},
-		// Seed 002: 1 MiB buffers (the seed's 512 KiB wmem/rmem is above SMC-D's default;
-		// 1 MiB is its largest DMB), autosplit at its default 128 KiB and off.
+		// The autosplit preset: 1 MiB buffers (SMC-D's largest DMB, at least the 512 KiB
+		// wmem/rmem the reference table used), autosplit at its default 128 KiB and off.
 		{"smcd-1m-split", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB), autosplit 128 KiB (the default)",
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB}, smcloop.ListenConfig{}},
 		{"smcd-1m-nosplit", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB), autosplit off",

@@ -1,19 +1,19 @@
 package smctransport
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestCLCReferenceExchange: tcp-clc's connections carry exactly the three exchange
 // messages' bytes before the data, and the data intact after them.
 func TestCLCReferenceExchange(t *testing.T) {
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ln := clcRefListener{tl}
 	defer ln.Close()
 	type result struct {
@@ -37,27 +37,21 @@ func TestCLCReferenceExchange(t *testing.T) {
 		done <- result{got, err}
 	}()
 	c, err := net.Dial("tcp", tl.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	counting := &countConn{Conn: c}
-	if err := clcRefClient(counting); err != nil {
-		t.Fatal(err)
-	}
-	if counting.sent != clcProposalLen+clcConfirmLen || counting.recv != clcAcceptLen {
-		t.Fatalf("exchange: sent %d, received %d; want %d, %d", counting.sent, counting.recv, clcProposalLen+clcConfirmLen, clcAcceptLen)
-	}
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, clcRefClient(counting))
+	assert.Equal(t, clcProposalLen+clcConfirmLen, counting.sent, "exchange bytes sent")
+	assert.Equal(t, clcAcceptLen, counting.recv, "exchange bytes received")
+	_, err = c.Write([]byte("hello"))
+	require.NoError(t, err)
 	answer := make([]byte, 5)
-	if _, err := io.ReadFull(c, answer); err != nil || string(answer) != "world" {
-		t.Fatalf("answer %q, %v", answer, err)
-	}
-	if r := <-done; r.err != nil || !bytes.Equal(r.got, []byte("hello")) {
-		t.Fatalf("server read %q, %v", r.got, r.err)
-	}
+	_, err = io.ReadFull(c, answer)
+	require.NoError(t, err)
+	assert.Equal(t, "world", string(answer))
+	r := <-done
+	require.NoError(t, r.err, "server")
+	assert.Equal(t, "hello", string(r.got), "server read")
 }
 
 type countConn struct {

@@ -13,7 +13,7 @@ import (
 // handshake hanging: the socket is bound before connect and announced in the listener's
 // registration table, so the listener expects a CLC Proposal from it, but none is ever
 // sent. The listener's handshake worker waits for it until its CLC timeout. This is the
-// overload mode's stalling client (seed 003: handshakes piling up at the server).
+// overload mode's stalling client (handshakes piling up at the server).
 //
 // If no smcloop listener advertises at addr (it is not an smcloop listener, or it has
 // withdrawn its signal under handshake limitation), nothing is announced and the

@@ -200,7 +200,7 @@ func (p *point) unary(size int) (*Result, error) {
 				return ops, ops * int64(2*size), nil
 			}
 			if err := e.Exchange(ctx, seq); err != nil {
-				return ops, 0, fmt.Errorf("Exchange %d: %w", seq, err)
+				return ops, 0, fmt.Errorf("calling Exchange (sequence %d): %w", seq, err)
 			}
 			if measured {
 				lat = append(lat, time.Since(t0))
@@ -242,7 +242,7 @@ func (p *point) stream(size int) (*Result, error) {
 		}
 		for time.Now().Before(until) {
 			if err := u.Send(); err != nil {
-				return 0, 0, fmt.Errorf("Upload: %w", err)
+				return 0, 0, fmt.Errorf("calling Upload: %w", err)
 			}
 		}
 		count, n, err := u.Close()

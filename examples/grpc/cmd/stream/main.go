@@ -82,12 +82,12 @@ func stream(addr string, duration time.Duration, size int) error {
 	}
 	for time.Since(start) < duration {
 		if err := u.Send(); err != nil {
-			return fmt.Errorf("Upload: %w", err)
+			return fmt.Errorf("calling Upload: %w", err)
 		}
 	}
 	count, n, err := u.Close()
 	if err != nil {
-		return fmt.Errorf("Upload: %w", err)
+		return fmt.Errorf("calling Upload: %w", err)
 	}
 	elapsed := time.Since(start)
 	fmt.Printf("Upload %d B messages: the server checked %d messages, %d bytes, in %s: %.1f MB/s, %.0f msgs/s\n",

@@ -94,7 +94,7 @@ func call(addr string, calls int, sizeList string) error {
 		for range calls {
 			t0 := time.Now()
 			if err := e.Exchange(ctx, seq); err != nil {
-				return fmt.Errorf("Exchange %d B, call %d: %w", size, seq, err)
+				return fmt.Errorf("calling Exchange with %d B, call %d: %w", size, seq, err)
 			}
 			lat = append(lat, time.Since(t0))
 			seq++
