@@ -124,7 +124,6 @@ type groupWork struct {
 	mu      sync.Mutex
 	queue   []groupTask
 	workers int
-	done    uint64 // tasks finished, for tests
 }
 
 // groupTask is a connection's link after a protocol violation: Violation, then PeerLost
@@ -159,16 +158,8 @@ func (w *groupWork) run() {
 			t.l.PeerLost()
 		}
 		w.mu.Lock()
-		w.done++
 	}
 	w.queue = nil // drop the drained backing array
 	w.workers--
 	w.mu.Unlock()
-}
-
-// finished returns how many tasks have run to the end.
-func (w *groupWork) finished() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.done
 }
