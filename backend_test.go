@@ -193,7 +193,7 @@ func TestFakePeerCursorViolations(t *testing.T) {
 		op     func(c *Conn) error // the operation that meets the cursor
 	}{
 		{"producer cursor out of the ring", func(c *Conn, e *pathtest.End) {
-			e.InjectProd(cdc.Cursor{Count: uint32(c.rxSize)})
+			e.InjectProd(cdc.Cursor{Count: uint32(c.rx.size)})
 		}, readOne},
 		{"stale producer cursor", func(c *Conn, e *pathtest.End) {
 			e.InjectProd(cdc.Cursor{Count: 50}) // after 100 bytes were published and read
@@ -202,7 +202,7 @@ func TestFakePeerCursorViolations(t *testing.T) {
 			e.InjectProd(cdc.Cursor{Wrap: 1, Count: 101}) // a whole ring plus one byte on
 		}, readOne},
 		{"consumer cursor out of the ring", func(c *Conn, e *pathtest.End) {
-			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: uint32(c.txSize) + 1}})
+			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: uint32(c.tx.size) + 1}})
 		}, writeOne},
 		{"consumer cursor past what was published", func(c *Conn, e *pathtest.End) {
 			e.InjectCons(datapath.Cons{Cursor: cdc.Cursor{Count: 101}})
@@ -224,11 +224,11 @@ func TestFakePeerCursorViolations(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, msg, readN(t, p[1], 100))
 			}
-			a.writeMu.Lock()
+			a.tx.mu.Lock()
 			_, _, err := a.refreshTx() // what a's next Write would see first
-			a.writeMu.Unlock()
+			a.tx.mu.Unlock()
 			require.NoError(t, err)
-			require.Equal(t, cdc.Cursor{Count: 100}, a.txCons)
+			require.Equal(t, cdc.Cursor{Count: 100}, a.tx.peerCons)
 
 			tc.inject(a, ae)
 			err = tc.op(a)
@@ -265,7 +265,7 @@ func TestFakePeerDeath(t *testing.T) {
 	defer b.Close()
 	rd := goReadInto(a, make([]byte, 1))
 	ae.AwaitWait(datapath.Reader)
-	wr := goWrite(a, make([]byte, a.txSize+1)) // fills the peer's ring, then waits for room
+	wr := goWrite(a, make([]byte, a.tx.size+1)) // fills the peer's ring, then waits for room
 	ae.AwaitWait(datapath.Writer)
 
 	be.Kill()
@@ -274,7 +274,7 @@ func TestFakePeerDeath(t *testing.T) {
 	assert.Zero(t, r.n)
 	w := await(t, wr, "the Write to a dead peer")
 	assert.ErrorIs(t, w.err, ErrPeerGone)
-	assert.Equal(t, a.txSize, w.n, "the bytes that fitted before the death")
+	assert.Equal(t, a.tx.size, w.n, "the bytes that fitted before the death")
 	assert.Equal(t, pathtest.Events{PeerLost: 1}, ae.Events())
 	_, err := a.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, ErrPeerGone, "a Read after the death")

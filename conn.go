@@ -2,7 +2,6 @@ package smcloop
 
 import (
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,84 +17,109 @@ import (
 // carries the bytes. Conn implements net.Conn; Read, Write and Close may be called
 // concurrently, like on any net.Conn.
 type Conn struct {
-	tcp     *countingConn // the CLC socket
+	// Set when the connection is made, read-only afterwards.
+	tcp     *countingConn // the CLC socket: liveness after the handshake, the bytes after a fallback
 	cfg     *settings
-	smc     bool
 	backend datapath.Backend // the data path; nil after a fallback
-	net     string           // for errors: the backend's name ("smcd"), or the socket's network after a fallback
-
-	localReason, peerReason    uint32           // fallback reasons (0 when SMC is in use)
+	network string           // for errors: the network the caller gave ("tcp", "unix", ...)
+	server  bool             // accepted, not dialed
+	// localReason and peerReason are the fallback's decline codes (0 when SMC is in use).
+	localReason, peerReason    uint32
+	clcBytesSent, clcBytesRecv uint64           // what the CLC handshake moved on the socket
 	ticket                     *presence.Ticket // announcement kept until the server surely took it
-	clcBytesSent, clcBytesRecv uint64
-	server                     bool // accepted, not dialed
-	// hs is set for a dial that returned before its handshake (DialConn): this Conn then
-	// forwards every call to the connection the handshake makes (conn_pending.go).
-	hs *pendingHandshake
+	// pending is set for a dial that returned before its handshake (DialConn): this Conn
+	// then forwards every call to the connection the handshake makes (conn_pending.go).
+	pending *pendingHandshake
 	// testHooks are the knobs a test turns on this connection, set before it is used;
 	// nil otherwise.
 	testHooks *connTestHooks
 
-	// Reader state, owned by readMu.
-	readMu      sync.Mutex
-	rxSize      int
-	rxCons      cdc.Cursor  // our consumer cursor in our ring
-	rxConfirmed cdc.Cursor  // the consumer cursor last published to the peer
-	rxProd      cdc.Cursor  // peer's producer cursor, last validated
-	rdClosed    atomic.Bool // CloseRead
-	rxSpin      spinner
+	rx   rxState   // Read's side
+	tx   txState   // Write's side
+	ctl  ctlState  // the consumer message we publish, and the close state
+	live liveState // the liveness watch (liveness.go)
+	zc   zeroCopy  // the outstanding lease and reservation (zerocopy.go)
 
-	// Writer state, owned by writeMu.
-	writeMu  sync.Mutex
-	txSize   int
-	txProd   cdc.Cursor    // published producer cursor in the peer's ring
-	txPrep   cdc.Cursor    // prepared: bytes up to here are in the send space, maybe unpublished
-	txCons   cdc.Cursor    // peer's consumer cursor of its ring, last validated
-	txPeer   datapath.Cons // the peer's consumer message txCons came from
-	txFlags  cdc.ProdFlags // producer flags published (write_blocked, cons_curs_upd_req)
-	corked   bool          // SetCork(true)
-	moreHeld bool          // the last write carried "more is coming"
-	wrClosed atomic.Bool   // CloseWrite done
-	txSpin   spinner
-	txw      txWindow // elastic send window (window.go)
-	zc       zeroCopy // the outstanding lease and reservation (zerocopy.go)
+	closed   atomic.Bool // Close called
+	peerGone atomic.Bool // liveness channel lost
+	fault    faultState  // a local protocol violation (abort)
 
-	rxWaits, txWaits waitCounts // how the reader's and the writer's waits ended
-
-	// The autocork flusher, started by the first autocorked write (writeMu; nil until
-	// then, so that connections that never autocork allocate none of it).
-	fl        *flusherState
-	wantSpace atomic.Bool // a Write waits for the flusher to hand the doorbell over
-
-	// Counters (the kernel's smc_stats where it has one).
+	// Counters (the kernel's smc_stats where it has one), atomic: no lock.
 	rxBytes, rxCalls, txBytes, txCalls               atomic.Uint64
 	pushes, corkPushes, nodelayPushes, sendfileCalls atomic.Uint64
 	autocorked, autosplitSegments, windowUpdates     atomic.Uint64
 	meter                                            connMeter // registry.go: the registry entry, full buffers, request sizes
-
-	// The consumer message we publish carries our consumer cursor and our producer and
-	// connection-state flags; ctlMu serialises its writers and guards the close state.
-	ctlMu  sync.Mutex
-	ctl    datapath.Cons
-	state  State
-	peerCF cdc.ConnFlags // peer connection-state flags already applied to state
-	shutWr bool          // we sent done_writing
-
-	closed   atomic.Bool // Close called
-	peerGone atomic.Bool // liveness channel lost
-	abortMu  sync.Mutex
-	abortErr error // protocol violation, reported once
-	aborted  atomic.Bool
-
-	readDeadline, writeDeadline deadline
-
-	// Liveness watch (liveness.go), started by the first wait that sleeps.
-	watchStarted       atomic.Bool   // the watch was started (or Close came first)
-	watchMu            sync.Mutex    // guards the fields below
-	watched            bool          // by the process's watcher
-	monitorDone        chan struct{} // by a monitor goroutine: closed when it returns
-	watchIdx, watchGen uint32
-	unwatched          bool // the watch is over (event handled, or Close)
 }
+
+// rxState is the reader's: the fields below mu are guarded by it (Read, the zero-copy
+// lease, WriteTo), except where a comment says otherwise.
+type rxState struct {
+	mu        sync.Mutex
+	size      int         // the receive ring's size
+	cons      cdc.Cursor  // our consumer cursor in our ring
+	confirmed cdc.Cursor  // the consumer cursor last published to the peer
+	peerProd  cdc.Cursor  // the peer's producer cursor, last validated
+	spin      spinner     // how the reader's next wait spins
+	shut      atomic.Bool // CloseRead: no lock
+	waits     waitCounts  // how the reader's waits ended: atomic, no lock
+	deadline  deadline    // SetReadDeadline: its own lock
+}
+
+// txState is the writer's: the fields below mu are guarded by it (Write, the zero-copy
+// reservation, ReadFrom, SetCork, the autocork flusher), except where a comment says
+// otherwise.
+type txState struct {
+	mu       sync.Mutex
+	size     int           // the send ring's size (the peer's receive ring)
+	prod     cdc.Cursor    // published producer cursor in the peer's ring
+	prepared cdc.Cursor    // bytes up to here are in the send space, maybe unpublished
+	peerCons cdc.Cursor    // the peer's consumer cursor of its ring, last validated
+	peerMsg  datapath.Cons // the peer's consumer message peerCons came from
+	flags    cdc.ProdFlags // producer flags published (write_blocked, cons_curs_upd_req)
+	corked   bool          // SetCork(true)
+	moreHeld bool          // the last write carried "more is coming"
+	spin     spinner       // how the writer's next wait spins
+	window   txWindow      // elastic send window (window.go)
+	// flusher is the autocork flusher, started by the first autocorked write (nil until
+	// then, so that connections that never autocork allocate none of it).
+	flusher   *flusherState
+	wantSpace atomic.Bool // a Write waits for the flusher to hand the doorbell over: no lock
+	shut      atomic.Bool // CloseWrite done: no lock
+	waits     waitCounts  // how the writer's waits ended: atomic, no lock
+	deadline  deadline    // SetWriteDeadline: its own lock
+}
+
+// ctlState is the consumer message we publish: it carries our consumer cursor and our
+// producer and connection-state flags, and mu serialises its writers. mu also guards
+// the close state.
+type ctlState struct {
+	mu              sync.Mutex
+	msg             datapath.Cons
+	state           State
+	peerFlags       cdc.ConnFlags // peer connection-state flags already applied to state
+	sentDoneWriting bool          // we published done_writing
+}
+
+// faultState is a local protocol violation: the error is reported once (mu), and
+// aborted can be read without the lock.
+type faultState struct {
+	mu      sync.Mutex
+	err     error
+	aborted atomic.Bool
+}
+
+// liveState is the liveness watch (liveness.go), started by the first wait that sleeps.
+type liveState struct {
+	started     atomic.Bool   // the watch was started (or Close came first): no lock
+	mu          sync.Mutex    // guards the fields below
+	watched     bool          // by the process's watcher
+	monitorDone chan struct{} // by a monitor goroutine: closed when it returns
+	idx, gen    uint32        // the watcher's slot and its generation
+	over        bool          // the watch is over (event handled, or Close)
+}
+
+// isSMC reports whether the connection's bytes go through a backend (not a fallback).
+func (c *Conn) isSMC() bool { return c.backend != nil }
 
 // newBackendConn builds an established SMC connection whose bytes go through b, over its
 // CLC socket tcp (the liveness channel; the handshake's leftover bytes, if any, are in
@@ -104,12 +128,12 @@ type Conn struct {
 func newBackendConn(tcp *countingConn, cfg *settings, b datapath.Backend, server bool) *Conn {
 	b.Start()
 	c := &Conn{
-		tcp: tcp, cfg: cfg, net: strings.ToLower(b.Name()), smc: true, backend: b,
-		state:  StateActive,
-		rxSize: len(b.RxRing()), txSize: len(b.TxBuf()),
+		tcp: tcp, cfg: cfg, network: tcp.LocalAddr().Network(), backend: b,
 		clcBytesSent: tcp.sent.Load(), clcBytesRecv: tcp.recv.Load() - uint64(len(tcp.pending)),
 		server: server,
 	}
+	c.ctl.state = StateActive
+	c.rx.size, c.tx.size = len(b.RxRing()), len(b.TxBuf())
 	c.initWindow()
 	return c
 }
@@ -163,7 +187,7 @@ func (d *deadline) expired() bool {
 // after a fallback to TCP).
 func (c *Conn) UsingSMC() bool {
 	c, err := c.resolve("get")
-	return err == nil && c.smc
+	return err == nil && c.isSMC()
 }
 
 // FallbackReason returns, for a connection that fell back to TCP, the local decline code
@@ -187,7 +211,7 @@ func (c *Conn) Mode() string {
 	if err != nil {
 		return "failed (" + err.Error() + ")"
 	}
-	if c.smc {
+	if c.isSMC() {
 		return c.backend.Name()
 	}
 	carrier := "TCP "
@@ -220,8 +244,8 @@ func (c *Conn) LocalAddr() net.Addr {
 	switch {
 	case c == nil:
 		return nil
-	case c.hs != nil:
-		return c.hs.tcp.LocalAddr()
+	case c.pending != nil:
+		return c.pending.tcp.LocalAddr()
 	}
 	return c.tcp.LocalAddr()
 }
@@ -232,8 +256,8 @@ func (c *Conn) RemoteAddr() net.Addr {
 	switch {
 	case c == nil:
 		return nil
-	case c.hs != nil:
-		return c.hs.tcp.RemoteAddr()
+	case c.pending != nil:
+		return c.pending.tcp.RemoteAddr()
 	}
 	return c.tcp.RemoteAddr()
 }
@@ -256,14 +280,14 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	if err != nil {
 		return err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		return c.tcp.SetReadDeadline(t)
 	}
 	if c.closed.Load() {
 		return c.opError("set", net.ErrClosed)
 	}
-	c.readDeadline.set(t)
-	return c.deadlineSet(datapath.Reader, &c.readDeadline)
+	c.rx.deadline.set(t)
+	return c.deadlineSet(datapath.Reader, &c.rx.deadline)
 }
 
 // SetWriteDeadline sets the deadline for Write calls, including one already blocked.
@@ -272,14 +296,14 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 	if err != nil {
 		return err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		return c.tcp.SetWriteDeadline(t)
 	}
 	if c.closed.Load() {
 		return c.opError("set", net.ErrClosed)
 	}
-	c.writeDeadline.set(t)
-	return c.deadlineSet(datapath.Writer, &c.writeDeadline)
+	c.tx.deadline.set(t)
+	return c.deadlineSet(datapath.Writer, &c.tx.deadline)
 }
 
 // deadlineSet follows a new deadline: a wait sleeping now gets it at once; later waits
@@ -303,11 +327,11 @@ func (c *Conn) applyDeadline(d datapath.Dir, dl *deadline) error {
 }
 
 // publishCtlLocked publishes the consumer message c.ctl and wakes the peer's sleepers in
-// wake. ctlMu is held.
-func (c *Conn) publishCtlLocked(wake datapath.Dir) { c.backend.PublishCons(c.ctl, wake) }
+// wake. ctl.mu is held.
+func (c *Conn) publishCtlLocked(wake datapath.Dir) { c.backend.PublishCons(c.ctl.msg, wake) }
 
 func (c *Conn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: c.net, Source: c.tcp.LocalAddr(), Addr: c.tcp.RemoteAddr(), Err: err}
+	return &net.OpError{Op: op, Net: c.network, Source: c.tcp.LocalAddr(), Addr: c.tcp.RemoteAddr(), Err: err}
 }
 
 // abort ends the connection after a local fault (protocol violation): the peer gets
@@ -324,23 +348,23 @@ func (c *Conn) abort(err error) {
 // peer's. It reports whether this was the connection's first abort, whose caller then
 // owes Violation (the liveness watcher hands it to another goroutine).
 func (c *Conn) abortLocal(err error) bool {
-	c.abortMu.Lock()
-	first := !c.aborted.Load()
+	c.fault.mu.Lock()
+	first := !c.fault.aborted.Load()
 	if first {
-		c.abortErr = &ProtocolError{Err: err}
-		c.aborted.Store(true)
+		c.fault.err = &ProtocolError{Err: err}
+		c.fault.aborted.Store(true)
 	}
-	c.abortMu.Unlock()
+	c.fault.mu.Unlock()
 	if !first {
 		return false
 	}
-	c.ctlMu.Lock()
+	c.ctl.mu.Lock()
 	c.applyLocked(evLocalAbort)
-	if c.ctl.ConnFlags&cdc.PeerConnAbort == 0 { // the peer must learn of the abort in any state
-		c.ctl.ConnFlags |= cdc.PeerConnAbort
+	if c.ctl.msg.ConnFlags&cdc.PeerConnAbort == 0 { // the peer must learn of the abort in any state
+		c.ctl.msg.ConnFlags |= cdc.PeerConnAbort
 		c.publishCtlLocked(datapath.Reader | datapath.Writer)
 	}
-	c.ctlMu.Unlock()
+	c.ctl.mu.Unlock()
 	c.backend.WakeLocal()
 	if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {
 		tc.SetLinger(0) // RST, like tcp_abort
@@ -352,10 +376,10 @@ func (c *Conn) abortLocal(err error) bool {
 // abortError returns the error to report for an aborted connection: the protocol error
 // once, ErrAborted afterwards.
 func (c *Conn) abortError() error {
-	c.abortMu.Lock()
-	defer c.abortMu.Unlock()
-	if err := c.abortErr; err != nil {
-		c.abortErr = nil
+	c.fault.mu.Lock()
+	defer c.fault.mu.Unlock()
+	if err := c.fault.err; err != nil {
+		c.fault.err = nil
 		return err
 	}
 	return ErrAborted
@@ -367,7 +391,7 @@ func (c *Conn) stopErr() error {
 	switch {
 	case c.closed.Load():
 		return net.ErrClosed
-	case c.aborted.Load():
+	case c.fault.aborted.Load():
 		return c.abortError()
 	}
 	return nil

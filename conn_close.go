@@ -162,18 +162,18 @@ func (c *Conn) State() State {
 	if err != nil {
 		return StateClosed
 	}
-	c.ctlMu.Lock()
-	defer c.ctlMu.Unlock()
-	return c.state
+	c.ctl.mu.Lock()
+	defer c.ctl.mu.Unlock()
+	return c.ctl.state
 }
 
 // applyLocked runs one event through the state machine and publishes any flag it sends.
-// ctlMu is held.
+// ctl.mu is held.
 func (c *Conn) applyLocked(ev closeEvent) {
-	t := closeStep(c.state, ev, c.shutWr, c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0)
-	c.state = t.next
+	t := closeStep(c.ctl.state, ev, c.ctl.sentDoneWriting, c.ctl.peerFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0)
+	c.ctl.state = t.next
 	if t.send != 0 {
-		c.ctl.ConnFlags |= t.send
+		c.ctl.msg.ConnFlags |= t.send
 		c.publishCtlLocked(datapath.Reader | datapath.Writer)
 	}
 }
@@ -181,13 +181,13 @@ func (c *Conn) applyLocked(ev closeEvent) {
 // observePeer applies newly seen peer connection-state flags to the state machine.
 func (c *Conn) observePeer(cf cdc.ConnFlags) {
 	cf &= peerStopFlags
-	c.ctlMu.Lock()
-	defer c.ctlMu.Unlock()
-	fresh := cf &^ c.peerCF
+	c.ctl.mu.Lock()
+	defer c.ctl.mu.Unlock()
+	fresh := cf &^ c.ctl.peerFlags
 	if fresh == 0 {
 		return
 	}
-	c.peerCF |= fresh
+	c.ctl.peerFlags |= fresh
 	if fresh&cdc.PeerDoneWriting != 0 {
 		c.applyLocked(evPeerDoneWriting)
 	}
@@ -207,47 +207,47 @@ func (c *Conn) Close() error {
 	if c == nil {
 		return nilConnError("close")
 	}
-	if c.hs != nil {
+	if c.pending != nil {
 		return c.closePending()
 	}
 	if !c.closed.CompareAndSwap(false, true) {
 		return c.opError("close", net.ErrClosed)
 	}
 	c.untrack() // registry.go: before anything is released
-	if !c.smc {
+	if !c.isSMC() {
 		if c.ticket != nil {
 			c.ticket.Cancel() // a no-op once the listener took it
 		}
 		return c.tcp.Close()
 	}
 	c.backend.WakeLocal()
-	c.writeMu.Lock() // a Write still running may start the flusher; none can after this
-	fl := c.fl
-	c.writeMu.Unlock()
+	c.tx.mu.Lock() // a Write still running may start the flusher; none can after this
+	fl := c.tx.flusher
+	c.tx.mu.Unlock()
 	if fl != nil {
 		close(fl.closing) // a flusher asleep was rung by WakeLocal: it checks closed before it sleeps
 		<-fl.done
 	}
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
 	c.pushLocked() // what was written goes out before the close (the kernel drains)
 
 	unread, err := c.refreshRx()
 	c.observePeer(c.backend.PeerCons().ConnFlags)
-	c.ctlMu.Lock()
-	t := closeStep(c.state, evAppClose, c.shutWr, c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0)
+	c.ctl.mu.Lock()
+	t := closeStep(c.ctl.state, evAppClose, c.ctl.sentDoneWriting, c.ctl.peerFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0)
 	if t.send == cdc.PeerConnClosed && (unread > 0 || err != nil) {
 		t.send = cdc.PeerConnAbort // close final with unread data is an abort
 	}
-	c.state = t.next
+	c.ctl.state = t.next
 	if t.send != 0 {
-		c.ctl.ConnFlags |= t.send
+		c.ctl.msg.ConnFlags |= t.send
 		c.publishCtlLocked(datapath.Reader | datapath.Writer)
 	}
-	peerDone := c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
-	c.ctlMu.Unlock()
+	peerDone := c.ctl.peerFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
+	c.ctl.mu.Unlock()
 
 	if c.server || peerDone {
 		// Nothing on the CLC socket is left for the peer to read, so it is released with
@@ -263,9 +263,9 @@ func (c *Conn) Close() error {
 	}
 	c.tcp.Close() // after the close flags: the peer learns of the close before the EOF
 	c.unwatch()
-	c.ctlMu.Lock()
-	peerDone = c.peerCF&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
-	c.ctlMu.Unlock()
+	c.ctl.mu.Lock()
+	peerDone = c.ctl.peerFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
+	c.ctl.mu.Unlock()
 	if c.deferClose(peerDone) { // else the end of the last lease or reservation does it
 		elasticConns.remove(c)
 		c.backend.Close(peerDone)
@@ -281,7 +281,7 @@ func (c *Conn) CloseWrite() error {
 	if err != nil {
 		return err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		if tc, ok := c.tcp.Conn.(interface{ CloseWrite() error }); ok { // TCP or unix
 			return tc.CloseWrite()
 		}
@@ -290,16 +290,16 @@ func (c *Conn) CloseWrite() error {
 	if c.closed.Load() {
 		return c.opError("close", net.ErrClosed)
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	if c.wrClosed.Swap(true) {
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
+	if c.tx.shut.Swap(true) {
 		return nil
 	}
 	c.pushLocked() // corked or autocorked bytes go out before done_writing
-	c.ctlMu.Lock()
+	c.ctl.mu.Lock()
 	c.applyLocked(evAppShutWr)
-	c.shutWr = true
-	c.ctlMu.Unlock()
+	c.ctl.sentDoneWriting = true
+	c.ctl.mu.Unlock()
 	return nil
 }
 
@@ -310,7 +310,7 @@ func (c *Conn) CloseRead() error {
 	if err != nil {
 		return err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		if tc, ok := c.tcp.Conn.(interface{ CloseRead() error }); ok { // TCP or unix
 			return tc.CloseRead()
 		}
@@ -319,7 +319,7 @@ func (c *Conn) CloseRead() error {
 	if c.closed.Load() {
 		return c.opError("close", net.ErrClosed)
 	}
-	c.rdClosed.Store(true)
+	c.rx.shut.Store(true)
 	c.backend.WakeLocal()
 	return nil
 }

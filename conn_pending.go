@@ -34,7 +34,7 @@ func handshakeInBackground(ctx context.Context, tcp net.Conn, cfg *settings, tic
 		defer cancel()
 		hs.conn, hs.err = handshakeDialed(hctx, tcp, cfg, ticket, ka, network)
 	}()
-	return &Conn{hs: hs, net: network}
+	return &Conn{pending: hs, network: network}
 }
 
 // resolve returns the connection a method works on: c itself, or the connection a
@@ -44,18 +44,18 @@ func (c *Conn) resolve(op string) (*Conn, error) {
 	if c == nil {
 		return nil, nilConnError(op)
 	}
-	if c.hs == nil {
+	if c.pending == nil {
 		return c, nil
 	}
-	<-c.hs.done
-	if c.hs.err != nil {
-		err := c.hs.err
+	<-c.pending.done
+	if c.pending.err != nil {
+		err := c.pending.err
 		if c.closed.Load() {
 			err = net.ErrClosed
 		}
-		return nil, &net.OpError{Op: op, Net: c.net, Source: c.hs.tcp.LocalAddr(), Addr: c.hs.tcp.RemoteAddr(), Err: err}
+		return nil, &net.OpError{Op: op, Net: c.network, Source: c.pending.tcp.LocalAddr(), Addr: c.pending.tcp.RemoteAddr(), Err: err}
 	}
-	return c.hs.conn, nil
+	return c.pending.conn, nil
 }
 
 // closePending closes a Conn whose handshake ran in the background. A handshake still
@@ -64,16 +64,16 @@ func (c *Conn) resolve(op string) (*Conn, error) {
 // closed as any. After a failed handshake there is nothing left to close.
 func (c *Conn) closePending() error {
 	if !c.closed.CompareAndSwap(false, true) {
-		return &net.OpError{Op: "close", Net: c.net, Source: c.hs.tcp.LocalAddr(), Addr: c.hs.tcp.RemoteAddr(), Err: net.ErrClosed}
+		return &net.OpError{Op: "close", Net: c.network, Source: c.pending.tcp.LocalAddr(), Addr: c.pending.tcp.RemoteAddr(), Err: net.ErrClosed}
 	}
 	select {
-	case <-c.hs.done:
+	case <-c.pending.done:
 	default:
-		c.hs.tcp.Close()
+		c.pending.tcp.Close()
 	}
-	<-c.hs.done
-	if c.hs.err != nil {
+	<-c.pending.done
+	if c.pending.err != nil {
 		return nil
 	}
-	return c.hs.conn.Close()
+	return c.pending.conn.Close()
 }

@@ -24,12 +24,12 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		return c.readFallback(b)
 	}
 	c.rxCalls.Add(1)
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	if c.zc.leaseOut() {
 		return 0, c.opError("read", ErrZeroCopyBusy)
 	}
@@ -60,12 +60,12 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		return io.Copy(w, tcpOnly{c})
 	}
 	c.rxCalls.Add(1)
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	if c.zc.leaseOut() {
 		return 0, c.opError("writeto", ErrZeroCopyBusy)
 	}
@@ -106,13 +106,13 @@ func (t tcpOnly) Write(b []byte) (int, error) { return t.c.Write(b) }
 // connection ends) and hands the unread bytes to consume in at most two pieces (around
 // the ring wrap); consume returns how many it took. It returns (0, nil) when consume took
 // nothing. With skip > 0 (a lease growing, zerocopy.go) it hands consume only the
-// contiguous bytes after the first skip, and consumes nothing. readMu is held.
+// contiguous bytes after the first skip, and consumes nothing. rx.mu is held.
 func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 	for {
 		if err := c.stopErr(); err != nil {
 			return 0, c.opError("read", err)
 		}
-		if c.readDeadline.expired() {
+		if c.rx.deadline.expired() {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		// Order matters: liveness, then flags, then the producer cursor. The peer
@@ -129,11 +129,11 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		}
 		if unread > skip {
 			if skip > 0 {
-				off := (int(c.rxCons.Count) + skip) % c.rxSize
-				consume(c.backend.RxRing()[off : off+min(unread-skip, c.rxSize-off)])
+				off := (int(c.rx.cons.Count) + skip) % c.rx.size
+				consume(c.backend.RxRing()[off : off+min(unread-skip, c.rx.size-off)])
 				return 0, nil
 			}
-			if unread == c.rxSize {
+			if unread == c.rx.size {
 				c.meter.rxFull.Add(1) // our buffer is full (buf_full_cnt)
 			}
 			return c.consume(unread, pf, consume), nil
@@ -144,12 +144,12 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		switch {
 		case cf&cdc.PeerConnAbort != 0:
 			return 0, c.opError("read", ErrPeerReset)
-		case cf&peerStopFlags != 0, c.rdClosed.Load():
+		case cf&peerStopFlags != 0, c.rx.shut.Load():
 			return 0, io.EOF
 		case gone:
 			return 0, c.opError("read", ErrPeerGone)
 		}
-		if err := c.waitFor(datapath.Reader, c.rxReady, &c.readDeadline); err != nil {
+		if err := c.waitFor(datapath.Reader, c.rxReady, &c.rx.deadline); err != nil {
 			return 0, c.opError("read", err)
 		}
 	}
@@ -158,22 +158,22 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 // refreshRx validates the peer's producer cursor and returns the unread byte count. The
 // cursor may only move forward, by at most the free space of our ring.
 func (c *Conn) refreshRx() (int, error) {
-	if next := c.backend.PeerProd(); next != c.rxProd {
-		free := c.rxSize - cdc.Diff(c.rxSize, c.rxCons, c.rxProd)
-		if _, err := cdc.Advance("producer cursor", c.rxSize, c.rxProd, next, free); err != nil {
+	if next := c.backend.PeerProd(); next != c.rx.peerProd {
+		free := c.rx.size - cdc.Diff(c.rx.size, c.rx.cons, c.rx.peerProd)
+		if _, err := cdc.Advance("producer cursor", c.rx.size, c.rx.peerProd, next, free); err != nil {
 			return 0, err
 		}
-		c.rxProd = next
+		c.rx.peerProd = next
 	}
-	return cdc.Diff(c.rxSize, c.rxCons, c.rxProd), nil
+	return cdc.Diff(c.rx.size, c.rx.cons, c.rx.peerProd), nil
 }
 
 // consume offers the unread bytes (at most two pieces) to f, advances the consumer
 // cursor by what it took and publishes it if the window-update rule says so.
 func (c *Conn) consume(unread int, pf cdc.ProdFlags, f func(ring []byte) int) int {
 	ring := c.backend.RxRing()
-	off := int(c.rxCons.Count)
-	first := min(unread, c.rxSize-off)
+	off := int(c.rx.cons.Count)
+	first := min(unread, c.rx.size-off)
 	n := f(ring[off : off+first])
 	if n == first && first < unread {
 		n += f(ring[:unread-first])
@@ -181,7 +181,7 @@ func (c *Conn) consume(unread int, pf cdc.ProdFlags, f func(ring []byte) int) in
 	if n == 0 {
 		return 0
 	}
-	c.rxCons = c.rxCons.Add(c.rxSize, n)
+	c.rx.cons = c.rx.cons.Add(c.rx.size, n)
 	c.rxBytes.Add(uint64(n))
 	c.meter.rxSizes.add(n)
 	c.confirm(pf, n == unread) // a read that empties the ring publishes: nobody may wait on its window
@@ -189,34 +189,34 @@ func (c *Conn) consume(unread int, pf cdc.ProdFlags, f func(ring []byte) int) in
 }
 
 // confirm publishes the consumer cursor if the window-update rule says so. Publishing
-// rings the peer's writer only if it sleeps on a full ring. readMu is held.
+// rings the peer's writer only if it sleeps on a full ring. rx.mu is held.
 func (c *Conn) confirm(pf cdc.ProdFlags, draining bool) {
-	toConfirm := cdc.Diff(c.rxSize, c.rxConfirmed, c.rxCons)
+	toConfirm := cdc.Diff(c.rx.size, c.rx.confirmed, c.rx.cons)
 	if !windowUpdate(windowState{
 		toConfirm:  toConfirm,
-		limit:      updateLimit(c.rxSize),
-		senderFree: c.rxSize - cdc.DiffLarge(c.rxSize, c.rxConfirmed, c.rxProd),
-		rmbLen:     c.rxSize,
+		limit:      updateLimit(c.rx.size),
+		senderFree: c.rx.size - cdc.DiffLarge(c.rx.size, c.rx.confirmed, c.rx.peerProd),
+		rmbLen:     c.rx.size,
 		writeBlock: pf&cdc.WriteBlocked != 0,
 		requested:  pf&cdc.ConsCursUpdReq != 0 && toConfirm > 0,
 		draining:   draining,
 	}) {
 		return
 	}
-	c.rxConfirmed = c.rxCons
+	c.rx.confirmed = c.rx.cons
 	c.windowUpdates.Add(1)
-	c.ctlMu.Lock()
-	c.ctl.Cursor = c.rxCons
+	c.ctl.mu.Lock()
+	c.ctl.msg.Cursor = c.rx.cons
 	c.publishCtlLocked(datapath.Writer)
-	c.ctlMu.Unlock()
+	c.ctl.mu.Unlock()
 }
 
 // rxReady is the reader's wake-up condition, cheap enough to spin on.
 func (c *Conn) rxReady() bool {
-	if c.backend.PeerProd() != c.rxProd {
+	if c.backend.PeerProd() != c.rx.peerProd {
 		return true
 	}
-	return c.backend.PeerCons().ConnFlags&peerStopFlags != 0 || c.peerGone.Load() || c.closed.Load() || c.aborted.Load() || c.rdClosed.Load()
+	return c.backend.PeerCons().ConnFlags&peerStopFlags != 0 || c.peerGone.Load() || c.closed.Load() || c.fault.aborted.Load() || c.rx.shut.Load()
 }
 
 // waitFor blocks the reader or the writer (d) until ready() may have
@@ -237,9 +237,9 @@ func (c *Conn) rxReady() bool {
 //     published before seeing the announcement is caught here), and park on the
 //     doorbell, which the device's signal dispatcher rings from Go's poller.
 func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
-	sp, ws := &c.rxSpin, &c.rxWaits
+	sp, ws := &c.rx.spin, &c.rx.waits
 	if d == datapath.Writer {
-		sp, ws = &c.txSpin, &c.txWaits
+		sp, ws = &c.tx.spin, &c.tx.waits
 	}
 	ws.waits.Add(1)
 	switch budget := c.cfg.busyPoll; {
@@ -338,7 +338,7 @@ func (c *Conn) shortSleep(dir datapath.Dir, ready func() bool, dl *deadline, ws 
 const yieldSpin = 30 * time.Microsecond
 
 // spinner adapts the default spin of one direction: after a spin that ended in a sleep
-// anyway, the next 1, 3 or 7 waits sleep at once. Owned by readMu or writeMu. A new
+// anyway, the next 1, 3 or 7 waits sleep at once. Owned by rx.mu or tx.mu. A new
 // spinner starts from the process's recent outcome (spinHint), so that where spins keep
 // missing (a saturated host) short-lived connections do not each pay for a first spin.
 type spinner struct {

@@ -20,7 +20,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		return c.tcp.Write(b)
 	}
 	return c.send(b, false)
@@ -34,7 +34,7 @@ func (c *Conn) WriteMore(b []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		return c.tcp.Write(b)
 	}
 	return c.send(b, true)
@@ -48,19 +48,19 @@ func (c *Conn) SetCork(on bool) error {
 	if err != nil {
 		return err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		if _, ok := c.tcp.Conn.(*net.TCPConn); !ok {
 			return nil // a unix socket sends what it is given; there is nothing to cork
 		}
 		return sockopt.SetCork(c.tcp.Conn, on)
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
 	if err := c.stopErr(); err != nil {
 		return c.opError("set", err)
 	}
-	was := c.corked
-	c.corked = on
+	was := c.tx.corked
+	c.tx.corked = on
 	if was && !on {
 		c.corkPushes.Add(1)
 		c.pushLocked()
@@ -76,7 +76,7 @@ func (c *Conn) SetNoDelay(on bool) error {
 	if err != nil {
 		return err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		if tc, ok := c.tcp.Conn.(interface{ SetNoDelay(bool) error }); ok {
 			return tc.SetNoDelay(on)
 		}
@@ -85,8 +85,8 @@ func (c *Conn) SetNoDelay(on bool) error {
 	if !on {
 		return nil
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
 	if err := c.stopErr(); err != nil {
 		return c.opError("set", err)
 	}
@@ -106,7 +106,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		if rf, ok := c.tcp.Conn.(io.ReaderFrom); ok {
 			n, err := rf.ReadFrom(r)
 			c.tcp.sent.Add(uint64(n))
@@ -119,8 +119,8 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		c.sendfileCalls.Add(1)
 	}
 	c.txCalls.Add(1)
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
 	if c.zc.resvOut() {
 		return 0, c.opError("readfrom", ErrZeroCopyBusy)
 	}
@@ -134,8 +134,8 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			return total, err
 		}
 		// Read into the contiguous free span at the prepared cursor.
-		off := int(c.txPrep.Count)
-		room, err := c.commitLocked(min(free, c.txSize-off))
+		off := int(c.tx.prepared.Count)
+		room, err := c.commitLocked(min(free, c.tx.size-off))
 		if err != nil {
 			return total, c.opError("write", err)
 		}
@@ -183,8 +183,8 @@ func isFile(r io.Reader) bool {
 func (c *Conn) send(b []byte, more bool) (int, error) {
 	c.txCalls.Add(1)
 	c.meter.txSizes.add(len(b))
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
 	if c.zc.resvOut() {
 		return 0, c.opError("write", ErrZeroCopyBusy)
 	}
@@ -216,30 +216,30 @@ func (c *Conn) send(b []byte, more bool) (int, error) {
 		return 0, err
 	}
 	if more {
-		c.moreHeld = true
+		c.tx.moreHeld = true
 	} else {
-		c.moreHeld = false
+		c.tx.moreHeld = false
 	}
 	c.flushLocked(true, segment, split > 0)
 	return total, nil
 }
 
-// sendable reports why nothing can be written now, or nil. writeMu is held.
+// sendable reports why nothing can be written now, or nil. tx.mu is held.
 func (c *Conn) sendable() error {
 	if err := c.stopErr(); err != nil {
 		return c.opError("write", err)
 	}
-	if c.wrClosed.Load() {
+	if c.tx.shut.Load() {
 		return c.opError("write", ErrWriteShutdown)
 	}
-	if c.writeDeadline.expired() {
+	if c.tx.deadline.expired() {
 		return c.opError("write", os.ErrDeadlineExceeded)
 	}
 	return nil
 }
 
 // waitSpace returns the free send space, blocking while there is none. A full send space
-// is published first, whatever holds it back, so the peer can drain it. writeMu is held.
+// is published first, whatever holds it back, so the peer can drain it. tx.mu is held.
 func (c *Conn) waitSpace() (int, error) {
 	for {
 		gone := c.peerGone.Load()
@@ -259,7 +259,7 @@ func (c *Conn) waitSpace() (int, error) {
 		if free = c.windowFree(free); free > 0 {
 			return free, nil
 		}
-		if c.txSize-cdc.Diff(c.txSize, c.txCons, c.txPrep) > 0 {
+		if c.tx.size-cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prepared) > 0 {
 			c.growLocked() // the window is full, the ring is not: the traffic wants more
 			continue
 		}
@@ -267,9 +267,9 @@ func (c *Conn) waitSpace() (int, error) {
 		c.pushLocked() // rule 2: a full send space goes out
 		c.setWriteBlocked(true)
 		took := c.takeSpaceBell()
-		err = c.waitFor(datapath.Writer, c.txReady, &c.writeDeadline)
+		err = c.waitFor(datapath.Writer, c.txReady, &c.tx.deadline)
 		if took {
-			<-c.fl.spaceTok
+			<-c.tx.flusher.spaceTok
 		}
 		if err != nil {
 			return 0, c.opError("write", err)
@@ -283,48 +283,48 @@ func (c *Conn) waitSpace() (int, error) {
 // takeSpaceBell makes this Write the writer doorbell's only waiter. If the flusher is
 // waiting on it, ring it locally: the flusher wakes, hands the doorbell over and leaves
 // the publishing to this Write. It reports whether it took spaceTok (there is a
-// flusher), which the Write gives back after its wait. writeMu is held.
+// flusher), which the Write gives back after its wait. tx.mu is held.
 func (c *Conn) takeSpaceBell() bool {
-	if c.fl == nil {
+	if c.tx.flusher == nil {
 		return false // no flusher: the Write is the only waiter there can be
 	}
 	select {
-	case c.fl.spaceTok <- struct{}{}:
+	case c.tx.flusher.spaceTok <- struct{}{}:
 		return true
 	default:
 	}
-	c.wantSpace.Store(true)
+	c.tx.wantSpace.Store(true)
 	c.backend.WakeLocal()
-	c.fl.spaceTok <- struct{}{}
-	c.wantSpace.Store(false)
+	c.tx.flusher.spaceTok <- struct{}{}
+	c.tx.wantSpace.Store(false)
 	return true
 }
 
 // refreshTx validates the peer's consumer cursor (it may only advance over bytes we
 // published and it has not yet consumed) and returns the free send space after the
-// prepared bytes and the peer's connection-state flags. writeMu is held.
+// prepared bytes and the peer's connection-state flags. tx.mu is held.
 func (c *Conn) refreshTx() (free int, cf cdc.ConnFlags, err error) {
 	peer := c.backend.PeerCons()
 	next, cf := peer.Cursor, peer.ConnFlags
 	c.observePeer(cf)
-	if next != c.txCons {
-		inflight := cdc.Diff(c.txSize, c.txCons, c.txProd)
-		if _, err := cdc.Advance("consumer cursor", c.txSize, c.txCons, next, inflight); err != nil {
+	if next != c.tx.peerCons {
+		inflight := cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prod)
+		if _, err := cdc.Advance("consumer cursor", c.tx.size, c.tx.peerCons, next, inflight); err != nil {
 			return 0, cf, err
 		}
-		c.txCons = next
+		c.tx.peerCons = next
 	}
-	c.txPeer = peer
-	return c.txSize - cdc.Diff(c.txSize, c.txCons, c.txPrep), cf, nil
+	c.tx.peerMsg = peer
+	return c.tx.size - cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prepared), cf, nil
 }
 
 // copyIn copies p (which fits the free space) to the prepared cursor, in at most two
-// pieces around the ring wrap. writeMu is held.
+// pieces around the ring wrap. tx.mu is held.
 func (c *Conn) copyIn(p []byte) {
 	buf := c.backend.TxBuf()
 	n := len(p)
-	off := int(c.txPrep.Count)
-	first := min(n, c.txSize-off)
+	off := int(c.tx.prepared.Count)
+	first := min(n, c.tx.size-off)
 	copy(buf[off:off+first], p[:first])
 	if first < n {
 		copy(buf[:n-first], p[first:])
@@ -334,22 +334,22 @@ func (c *Conn) copyIn(p []byte) {
 
 // prepared advances the prepared cursor over n bytes just placed in the send space.
 func (c *Conn) prepared(n int) {
-	c.txPrep = c.txPrep.Add(c.txSize, n)
+	c.tx.prepared = c.tx.prepared.Add(c.tx.size, n)
 	c.txBytes.Add(uint64(n))
 }
 
 // flushLocked applies flushDecision to the current state and publishes if it says so; it
-// reports whether it published. writeMu is held.
+// reports whether it published. tx.mu is held.
 func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
-	pending := cdc.Diff(c.txSize, c.txProd, c.txPrep)
+	pending := cdc.Diff(c.tx.size, c.tx.prod, c.tx.prepared)
 	st := flushState{
 		pending:    pending,
-		free:       c.windowFree(c.txSize - cdc.Diff(c.txSize, c.txCons, c.txPrep)),
+		free:       c.windowFree(c.tx.size - cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prepared)),
 		endOfWrite: endOfWrite,
 		segment:    segment,
-		corked:     c.corked,
-		more:       c.moreHeld,
-		autocork:   corkingSize(c.txSize, c.cfg.autocork),
+		corked:     c.tx.corked,
+		more:       c.tx.moreHeld,
+		autocork:   corkingSize(c.tx.size, c.cfg.autocork),
 		writeSize:  segment,
 	}
 	if splitting {
@@ -359,7 +359,7 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 	// peer counts as behind while it still has several times as much published data to
 	// consume as would be held back: then a held write costs it nothing, while holding
 	// more would leave it idle waiting (autocorkBacklog).
-	backlog := cdc.Diff(c.txSize, c.txCons, c.txProd)
+	backlog := cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prod)
 	st.peerBehind = backlog > 0 && backlog >= autocorkBacklog*pending
 	push, why := flushDecision(st)
 	switch why {
@@ -378,69 +378,69 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 
 // pushLocked publishes every prepared byte: in copy mode it moves them into the peer's
 // DMB, then stores the producer cursor, then rings the peer's reader if it sleeps.
-// writeMu is held.
+// tx.mu is held.
 func (c *Conn) pushLocked() {
-	pending := cdc.Diff(c.txSize, c.txProd, c.txPrep)
+	pending := cdc.Diff(c.tx.size, c.tx.prod, c.tx.prepared)
 	if pending == 0 {
 		return
 	}
-	off := int(c.txProd.Count)
-	c.txProd = c.txPrep
-	c.moreHeld = false
-	c.backend.PushProd(c.txProd, off, pending)
+	off := int(c.tx.prod.Count)
+	c.tx.prod = c.tx.prepared
+	c.tx.moreHeld = false
+	c.backend.PushProd(c.tx.prod, off, pending)
 	c.pushes.Add(1)
 	c.setWriteBlocked(false)
 	c.setProdFlag(cdc.ConsCursUpdReq, false)
 }
 
 // setWriteBlocked publishes the write_blocked producer flag (the peer's RMB is full) when
-// it changes. writeMu is held.
+// it changes. tx.mu is held.
 func (c *Conn) setWriteBlocked(on bool) { c.setProdFlag(cdc.WriteBlocked, on) }
 
 // setProdFlag publishes a producer flag in our consumer word when it changes: write_blocked
 // (the peer's RMB is full) or cons_curs_upd_req (we hold autocorked bytes and want the
 // peer to publish its consumer cursor on every read, so our view of its progress stays
-// fresh). writeMu is held.
+// fresh). tx.mu is held.
 func (c *Conn) setProdFlag(f cdc.ProdFlags, on bool) {
-	if c.txFlags&f != 0 == on {
+	if c.tx.flags&f != 0 == on {
 		return
 	}
 	if on {
-		c.txFlags |= f
+		c.tx.flags |= f
 	} else {
-		c.txFlags &^= f
+		c.tx.flags &^= f
 	}
-	c.ctlMu.Lock()
+	c.ctl.mu.Lock()
 	if on {
-		c.ctl.ProdFlags |= f
+		c.ctl.msg.ProdFlags |= f
 	} else {
-		c.ctl.ProdFlags &^= f
+		c.ctl.msg.ProdFlags &^= f
 	}
 	c.publishCtlLocked(0)
-	c.ctlMu.Unlock()
+	c.ctl.mu.Unlock()
 }
 
 // txReady is the writer's wake-up condition.
 func (c *Conn) txReady() bool {
-	return c.backend.PeerCons() != c.txPeer || c.peerGone.Load() || c.closed.Load() || c.aborted.Load()
+	return c.backend.PeerCons() != c.tx.peerMsg || c.peerGone.Load() || c.closed.Load() || c.fault.aborted.Load()
 }
 
 // armFlusher makes sure autocorked bytes go out once the peer has consumed the previous
 // push, even if no further write comes: the flusher goroutine (started on first use)
 // waits for the peer's consumption and publishes, like the kernel's push from the CDC
-// completion. writeMu is held.
+// completion. tx.mu is held.
 func (c *Conn) armFlusher() {
-	if c.fl == nil {
-		c.fl = &flusherState{
+	if c.tx.flusher == nil {
+		c.tx.flusher = &flusherState{
 			spaceTok: make(chan struct{}, 1),
 			kick:     make(chan struct{}, 1),
 			closing:  make(chan struct{}),
 			done:     make(chan struct{}),
 		}
-		go c.flusher(c.fl)
+		go c.flusher(c.tx.flusher)
 	}
 	select {
-	case c.fl.kick <- struct{}{}:
+	case c.tx.flusher.kick <- struct{}{}:
 	default:
 	}
 }
@@ -461,22 +461,22 @@ func (c *Conn) flusher(fl *flusherState) {
 
 func (c *Conn) flushHeld(fl *flusherState) {
 	for {
-		c.writeMu.Lock()
-		if c.stopErr() != nil || c.corked || c.moreHeld || cdc.Diff(c.txSize, c.txProd, c.txPrep) == 0 {
-			c.writeMu.Unlock()
+		c.tx.mu.Lock()
+		if c.stopErr() != nil || c.tx.corked || c.tx.moreHeld || cdc.Diff(c.tx.size, c.tx.prod, c.tx.prepared) == 0 {
+			c.tx.mu.Unlock()
 			return
 		}
 		if _, _, err := c.refreshTx(); err != nil {
-			c.writeMu.Unlock()
+			c.tx.mu.Unlock()
 			return // the next Write reports it
 		}
-		if c.txCons == c.txProd { // the peer consumed everything published: push the rest
+		if c.tx.peerCons == c.tx.prod { // the peer consumed everything published: push the rest
 			c.pushLocked()
-			c.writeMu.Unlock()
+			c.tx.mu.Unlock()
 			return
 		}
-		seen := c.txPeer
-		c.writeMu.Unlock()
+		seen := c.tx.peerMsg
+		c.tx.mu.Unlock()
 
 		select {
 		case fl.spaceTok <- struct{}{}:
@@ -484,7 +484,7 @@ func (c *Conn) flushHeld(fl *flusherState) {
 			return // a Write waits for space; it publishes everything when it wakes
 		}
 		c.backend.Announce(datapath.Writer)
-		if c.backend.PeerCons() == seen && !c.closed.Load() && !c.wantSpace.Load() {
+		if c.backend.PeerCons() == seen && !c.closed.Load() && !c.tx.wantSpace.Load() {
 			c.ensureWatched()
 			// The doorbell is ours (spaceTok): no write deadline applies to the flusher.
 			_ = c.backend.SetDeadline(datapath.Writer, time.Time{})

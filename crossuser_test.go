@@ -210,7 +210,7 @@ func TestCrossUserServerDeclines(t *testing.T) {
 	before := cfg.device.Stats()
 	c, err := serverHandshake(context.Background(), tcp, cfg, "tcp4")
 	require.NoError(t, err)
-	assert.False(t, c.smc, "SMC-D with a process of another user")
+	assert.False(t, c.isSMC(), "SMC-D with a process of another user")
 	assert.Equal(t, clc.DeclNoSMCD2Dev, c.localReason)
 	assert.Equal(t, fmt.Sprintf("decline code=%#08x", clc.DeclNoSMCD2Dev), a.line())
 	after := cfg.device.Stats()
@@ -230,7 +230,7 @@ func TestCrossUserClientDeclines(t *testing.T) {
 	defer tcp.Close()
 	c, err := clientHandshake(context.Background(), tcp, cfg, "tcp")
 	require.NoError(t, err)
-	assert.False(t, c.smc, "SMC-D with a process of another user")
+	assert.False(t, c.isSMC(), "SMC-D with a process of another user")
 	assert.Equal(t, clc.DeclNoSMCD2Dev, c.localReason)
 	assert.Equal(t, fmt.Sprintf("decline code=%#08x", clc.DeclNoSMCD2Dev), a.line())
 }
@@ -263,8 +263,8 @@ func TestCrossUserSquattedName(t *testing.T) {
 	r := <-acc
 	require.NoError(t, r.err)
 	defer r.c.Close()
-	assert.True(t, c.smc, "client fell back (reason %#x)", c.localReason)
-	assert.True(t, r.c.smc, "server fell back (reason %#x)", r.c.localReason)
+	assert.True(t, c.isSMC(), "client fell back (reason %#x)", c.localReason)
+	assert.True(t, r.c.isSMC(), "server fell back (reason %#x)", r.c.localReason)
 
 	msg := []byte("exact bytes after a squatted name")
 	_, err = c.Write(msg)

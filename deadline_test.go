@@ -109,15 +109,15 @@ func TestDeadlines(t *testing.T) {
 
 		// A Write to a full ring returns what fitted when its deadline comes.
 		require.NoError(t, b.SetWriteDeadline(time.Now().Add(time.Hour)))
-		wr := goWrite(b, make([]byte, b.txSize+100))
+		wr := goWrite(b, make([]byte, b.tx.size+100))
 		awaitSleep(t, b, datapath.Writer)
 		require.NoError(t, b.SetWriteDeadline(time.Now()))
 		w := await(t, wr, "the Write whose deadline came")
 		timeout(w.err)
-		assert.Equal(t, b.txSize, w.n, "bytes written before the deadline")
+		assert.Equal(t, b.tx.size, w.n, "bytes written before the deadline")
 
 		// Past: a Write fails at once, even with room.
-		_, err = io.ReadFull(a, make([]byte, b.txSize))
+		_, err = io.ReadFull(a, make([]byte, b.tx.size))
 		require.NoError(t, err)
 		n, err = b.Write([]byte("x"))
 		assert.Zero(t, n)

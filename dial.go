@@ -171,7 +171,7 @@ func handshakeDialed(ctx context.Context, tcp net.Conn, cfg *settings, ticket *p
 // requireSMC enforces Config.RequireSMC on a connection made: a fallback is closed and
 // becomes a *FallbackError.
 func requireSMC(c *Conn, op, network string) (*Conn, error) {
-	if c.smc || !c.cfg.requireSMC {
+	if c.isSMC() || !c.cfg.requireSMC {
 		return c, nil
 	}
 	local, peer := c.FallbackReason()

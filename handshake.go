@@ -172,18 +172,22 @@ func (h *handshake) decline(code uint32) (*Conn, error) {
 func (h *handshake) fallback(local, peer uint32) *Conn {
 	h.tcp.SetDeadline(time.Time{})
 	h.tcp.pending = h.rd.leftover()
-	return &Conn{
-		tcp: h.tcp, cfg: h.cfg, net: h.network, state: StateActive,
+	c := &Conn{
+		tcp: h.tcp, cfg: h.cfg, network: h.network,
 		localReason: local, peerReason: peer,
 		clcBytesSent: h.tcp.sent.Load(), clcBytesRecv: h.tcp.recv.Load() - uint64(len(h.tcp.pending)),
 	}
+	c.ctl.state = StateActive
+	return c
 }
 
 // plainConn wraps a TCP connection on which no CLC is spoken: the peer gave no SMC
 // capability signal (reason PEERNOSMC), the listener's handshakes were congested, or
 // this build has no SMC backend (NOSMCDEV). network is the one the caller gave.
 func plainConn(tcp net.Conn, cfg *settings, network string, reason uint32) *Conn {
-	return &Conn{tcp: &countingConn{Conn: tcp}, cfg: cfg, net: network, state: StateActive, localReason: reason}
+	c := &Conn{tcp: &countingConn{Conn: tcp}, cfg: cfg, network: network, localReason: reason}
+	c.ctl.state = StateActive
+	return c
 }
 
 // established builds the SMC connection over the backend a handshake set up: the part of
@@ -193,7 +197,7 @@ func (h *handshake) established(b datapath.Backend) *Conn {
 	h.tcp.SetDeadline(time.Time{})
 	h.tcp.pending = h.rd.leftover() // the monitor reports any as a protocol violation
 	c := newBackendConn(h.tcp, h.cfg, b, h.side == "server")
-	c.net = h.network
+	c.network = h.network
 	if n := len(h.tcp.pending); n > 0 {
 		// The peer sent more after its last CLC message: nothing may follow it on TCP.
 		c.abort(fmt.Errorf("%d unexpected bytes on the CLC socket of an established SMC connection", n))

@@ -26,7 +26,7 @@ var noKeepAlive = net.KeepAliveConfig{Enable: false}
 
 // applyKeepAlive gives a fallback connection the keep-alive its creator asked for.
 func applyKeepAlive(c *Conn, ka net.KeepAliveConfig) {
-	if c == nil || c.smc || !ka.Enable {
+	if c == nil || c.isSMC() || !ka.Enable {
 		return
 	}
 	if tc, ok := c.tcp.Conn.(*net.TCPConn); ok {

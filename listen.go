@@ -492,7 +492,7 @@ func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool 
 		tcp.Close()
 		return false
 	}
-	if c.smc {
+	if c.isSMC() {
 		l.smc.Add(1)
 	} else {
 		l.fallback.Add(1)

@@ -45,19 +45,19 @@ import (
 // added (epoll reports the state a file is in when it is added), and a sleeper has
 // announced itself, so WakeLocal rings it.
 func (c *Conn) ensureWatched() {
-	if c.watchStarted.Load() {
+	if c.live.started.Load() {
 		return
 	}
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	if c.watchStarted.Swap(true) || c.unwatched {
+	c.live.mu.Lock()
+	defer c.live.mu.Unlock()
+	if c.live.started.Swap(true) || c.live.over {
 		return // started meanwhile, or Close came first
 	}
 	if (c.testHooks == nil || !c.testHooks.monitorOnly) && liveness.add(c) == nil {
-		c.watched = true
+		c.live.watched = true
 		return
 	}
-	c.monitorDone = make(chan struct{})
+	c.live.monitorDone = make(chan struct{})
 	go c.monitor()
 }
 
@@ -65,14 +65,14 @@ func (c *Conn) ensureWatched() {
 // before the connection's buffers are released: no event is being handled for the
 // connection when it returns, and none will be.
 func (c *Conn) unwatch() {
-	c.watchMu.Lock()
-	done := c.unwatched
-	c.unwatched = true
-	watched, monitorDone := c.watched, c.monitorDone
-	c.watchMu.Unlock()
+	c.live.mu.Lock()
+	done := c.live.over
+	c.live.over = true
+	watched, monitorDone := c.live.watched, c.live.monitorDone
+	c.live.mu.Unlock()
 	switch {
 	case watched && !done:
-		liveness.release(c.watchIdx, c.watchGen)
+		liveness.release(c.live.idx, c.live.gen)
 	case monitorDone != nil:
 		<-monitorDone // closing the TCP connection ended the monitor's Read
 	}
@@ -80,7 +80,7 @@ func (c *Conn) unwatch() {
 
 // monitor is the fallback watch: a goroutine parked in a Read of the TCP connection.
 func (c *Conn) monitor() {
-	defer close(c.monitorDone)
+	defer close(c.live.monitorDone)
 	var b [64]byte
 	n, _ := c.tcp.Read(b[:])
 	c.peerTCPEvent(n)

@@ -57,7 +57,7 @@ func (w *watcher) start() error {
 	return w.err
 }
 
-// add watches c's TCP socket. The caller holds c.watchMu, which an event for c waits for.
+// add watches c's TCP socket. The caller holds c.live.mu, which an event for c waits for.
 func (w *watcher) add(c *Conn) error {
 	if err := w.start(); err != nil {
 		return err
@@ -86,7 +86,7 @@ func (w *watcher) add(c *Conn) error {
 	w.slots[i].gen++
 	gen := w.slots[i].gen
 	w.mu.Unlock()
-	c.watchIdx, c.watchGen = i, gen
+	c.live.idx, c.live.gen = i, gen
 
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(i), Pad: int32(gen)}
 	var cerr error
@@ -175,9 +175,9 @@ func (w *watcher) handle(i, gen, events uint32) {
 	if c == nil {
 		return
 	}
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	if c.unwatched {
+	c.live.mu.Lock()
+	defer c.live.mu.Unlock()
+	if c.live.over {
 		return
 	}
 	switch {
@@ -188,6 +188,6 @@ func (w *watcher) handle(i, gen, events uint32) {
 	default:
 		return // not the end: keep watching
 	}
-	c.unwatched = true
+	c.live.over = true
 	w.release(i, gen)
 }

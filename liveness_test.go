@@ -48,10 +48,10 @@ func TestLiveness(t *testing.T) {
 			}
 			checkWatch := func(c *Conn) {
 				t.Helper()
-				c.watchMu.Lock()
-				defer c.watchMu.Unlock()
-				assert.Equal(t, !monitor, c.watched, "watched by the watcher")
-				assert.Equal(t, monitor, c.monitorDone != nil, "watched by a monitor")
+				c.live.mu.Lock()
+				defer c.live.mu.Unlock()
+				assert.Equal(t, !monitor, c.live.watched, "watched by the watcher")
+				assert.Equal(t, monitor, c.live.monitorDone != nil, "watched by a monitor")
 			}
 
 			// A connection whose operations never sleep is never watched.
@@ -61,8 +61,8 @@ func TestLiveness(t *testing.T) {
 			_, err = io.ReadFull(c, make([]byte, 1))
 			require.NoError(t, err)
 			require.Zero(t, c.Stats().Sleeps)
-			assert.False(t, c.watchStarted.Load(), "the client's watch started without a sleep")
-			assert.False(t, s.watchStarted.Load(), "the server's watch started without a sleep")
+			assert.False(t, c.live.started.Load(), "the client's watch started without a sleep")
+			assert.False(t, s.live.started.Load(), "the server's watch started without a sleep")
 			c.Close()
 			s.Close()
 

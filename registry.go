@@ -90,7 +90,7 @@ func track(c *Conn, server bool) {
 		sh.conns = make(map[*regEntry]struct{})
 	}
 	sh.conns[e] = struct{}{}
-	if c.smc {
+	if c.isSMC() {
 		st := c.Stats()
 		sh.closed.RMBSizes[introspect.Bucket(st.RMBSize)]++
 		sh.closed.PeerRMBSizes[introspect.Bucket(st.PeerRMBSize)]++
@@ -214,11 +214,11 @@ func (e *regEntry) info(pid int) (introspect.Conn, bool) {
 	if e.server {
 		ci.Side = "server"
 	}
-	c.ctlMu.Lock()
-	state, rxCons := c.state, c.ctl.Cursor
-	c.ctlMu.Unlock()
+	c.ctl.mu.Lock()
+	state, rxCons := c.ctl.state, c.ctl.msg.Cursor
+	c.ctl.mu.Unlock()
 	ci.State = state.String()
-	if c.smc {
+	if c.isSMC() {
 		ci.Mode = c.Mode() // the backend's name
 		ci.BytesSent, ci.BytesRecv = st.SMCBytesSent, st.SMCBytesRecv
 		rxProd, txCons := c.backend.PeerProd(), c.backend.PeerCons().Cursor

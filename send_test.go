@@ -19,7 +19,7 @@ import (
 // sees it), for totals below 64 K ring wraps.
 func published(c *Conn) int {
 	prod := c.backend.PeerProd()
-	return int(prod.Wrap)*c.rxSize + int(prod.Count)
+	return int(prod.Wrap)*c.rx.size + int(prod.Count)
 }
 
 func pattern(n int, seed byte) []byte {
@@ -69,7 +69,7 @@ func TestCorkPushesWhenFull(t *testing.T) {
 		a, b := pipe(t, Config{}, Config{})
 		defer a.Close()
 		defer b.Close()
-		ring := a.txSize
+		ring := a.tx.size
 		require.NoError(t, a.SetCork(true))
 		want := pattern(ring+1000, 2)
 		wr := goWrite(a, want)
@@ -187,7 +187,7 @@ func TestSendfileExact(t *testing.T) {
 		defer a.Close()
 		defer b.Close()
 		dir := t.TempDir()
-		for _, size := range []int{0, 1, 4 << 10, 1<<20 + 1, 3*a.txSize + 17} {
+		for _, size := range []int{0, 1, 4 << 10, 1<<20 + 1, 3*a.tx.size + 17} {
 			path := filepath.Join(dir, "f")
 			want := pattern(size, byte(size>>3))
 			require.NoError(t, os.WriteFile(path, want, 0o600))
@@ -211,7 +211,7 @@ func TestWriteToFile(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, pipe pairFunc) {
 		a, b := pipe(t, Config{}, Config{})
 		defer b.Close()
-		want := pattern(5*a.txSize+3, 9)
+		want := pattern(5*a.tx.size+3, 9)
 		go func() { a.Write(want); a.Close() }()
 		f, err := os.Create(filepath.Join(t.TempDir(), "out"))
 		require.NoError(t, err)

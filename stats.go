@@ -85,7 +85,7 @@ func (c *Conn) Stats() ConnStats {
 		return ConnStats{}
 	}
 	s := ConnStats{
-		SMC:          c.smc,
+		SMC:          c.isSMC(),
 		CLCBytesSent: c.clcBytesSent,
 		CLCBytesRecv: c.clcBytesRecv,
 		TCPBytesSent: c.tcp.sent.Load() - c.clcBytesSent,
@@ -99,7 +99,7 @@ func (c *Conn) Stats() ConnStats {
 		SendfileCalls: c.sendfileCalls.Load(), Autocorked: c.autocorked.Load(),
 		AutosplitSegments: c.autosplitSegments.Load(), WindowUpdates: c.windowUpdates.Load(),
 	}
-	if c.smc {
+	if c.isSMC() {
 		lc := c.backend.Counters()
 		s.RingsSent, s.RingsSuppressed, s.Sleeps = lc.RingsSent, lc.RingsSuppressed, lc.Sleeps
 		if m, ok := c.backend.(interface{ MoveDataCalls() uint64 }); ok {
@@ -107,12 +107,12 @@ func (c *Conn) Stats() ConnStats {
 		}
 		lay := c.backend.Layout()
 		s.RMBSize, s.PeerRMBSize = lay.RxMemory, lay.TxMemory
-		w := &c.txw
+		w := &c.tx.window
 		s.PeerRMBElastic = w.elastic
 		s.SendWindow, s.PeerRMBCommitted = int(w.winNow.Load()), int(w.committedNow.Load())
 		s.WindowGrows, s.WindowShrinks = w.grows.Load(), w.shrinks.Load()
 		s.UnitCommits, s.UnitDecommits, s.CommitFailures = w.commits.Load(), w.decommits.Load(), w.commitFailures.Load()
-		s.ReadWaits, s.WriteWaits = c.rxWaits.snapshot(), c.txWaits.snapshot()
+		s.ReadWaits, s.WriteWaits = c.rx.waits.snapshot(), c.tx.waits.snapshot()
 		s.FutexSleeps, s.FutexWakes = lc.ShortSleeps, lc.ShortWakes
 	}
 	return s
@@ -166,7 +166,7 @@ func countHandshake(side int, c *Conn, err error) {
 	switch {
 	case err != nil:
 		procStats.hsErr[side].Add(1)
-	case c.smc:
+	case c.isSMC():
 		procStats.smc[side].Add(1)
 	default:
 		procStats.fallback[side].Add(1)

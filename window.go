@@ -52,7 +52,7 @@ const (
 // and keeps its units until it goes idle (connTestHooks.slideLimit replaces it).
 const slideLimit = 4
 
-// txWindow is a connection's elastic send window; writeMu owns it.
+// txWindow is a connection's elastic send window; tx.mu owns it.
 type txWindow struct {
 	elastic    bool
 	memory     int    // bytes of the peer's buffer (datapath.Layout.TxMemory)
@@ -67,19 +67,19 @@ type txWindow struct {
 	idle       int    // sweeper looks in a row with nothing written
 
 	grows, shrinks, commits, decommits, commitFailures atomic.Uint64
-	winNow, committedNow                               atomic.Int64 // for Stats, without writeMu
+	winNow, committedNow                               atomic.Int64 // for Stats, without tx.mu
 }
 
 // initWindow sets up the send window once the backend is up.
 func (c *Conn) initWindow() {
-	w := &c.txw
+	w := &c.tx.window
 	lay := c.backend.Layout()
 	w.memory, w.header, w.unit = lay.TxMemory, lay.Header, lay.TxUnit
 	w.committed = 1 // the owner committed unit 0, which holds the header
-	w.win = c.txSize
+	w.win = c.tx.size
 	if w.unit > 0 && w.chunks() <= 64 {
 		w.elastic = true
-		w.small = min(w.unit-w.header, c.txSize)
+		w.small = min(w.unit-w.header, c.tx.size)
 		w.win = w.small
 		elasticConns.add(c)
 	}
@@ -102,28 +102,28 @@ func (w *txWindow) publish(c *Conn) {
 }
 
 // windowFree is the space the window allows to write now, given the free space of the
-// ring. writeMu is held.
+// ring. tx.mu is held.
 func (c *Conn) windowFree(ringFree int) int {
-	w := &c.txw
+	w := &c.tx.window
 	if !w.elastic {
 		return ringFree
 	}
-	inflight := c.txSize - ringFree
+	inflight := c.tx.size - ringFree
 	return max(0, min(ringFree, w.win-inflight))
 }
 
 // growLocked doubles the window (the writer filled it while the ring had room).
 func (c *Conn) growLocked() {
-	w := &c.txw
-	w.win = min(2*w.win, c.txSize)
+	w := &c.tx.window
+	w.win = min(2*w.win, c.tx.size)
 	w.grows.Add(1)
 	w.publish(c)
 }
 
 // unitSpan is the ring span [lo, hi) of commit unit k.
 func (c *Conn) unitSpan(k int) (lo, hi int) {
-	w := &c.txw
-	return max(0, k*w.unit-w.header), min(c.txSize, (k+1)*w.unit-w.header)
+	w := &c.tx.window
+	return max(0, k*w.unit-w.header), min(c.tx.size, (k+1)*w.unit-w.header)
 }
 
 // unitsOf returns the commit units that the ring span of n bytes from ring offset off
@@ -132,13 +132,13 @@ func (c *Conn) unitsOf(off, n int) uint64 {
 	if n <= 0 {
 		return 0
 	}
-	if n >= c.txSize {
-		return 1<<c.txw.chunks() - 1
+	if n >= c.tx.size {
+		return 1<<c.tx.window.chunks() - 1
 	}
 	var m uint64
 	for n > 0 {
-		piece := min(n, c.txSize-off)
-		lo, hi := c.txw.chunk(off), c.txw.chunk(off+piece-1)
+		piece := min(n, c.tx.size-off)
+		lo, hi := c.tx.window.chunk(off), c.tx.window.chunk(off+piece-1)
 		m |= (1<<(hi-lo+1) - 1) << lo
 		n -= piece
 		off = 0
@@ -148,13 +148,13 @@ func (c *Conn) unitsOf(off, n int) uint64 {
 
 // commitLocked commits the units that the next n bytes at the prepared cursor go to and
 // returns how many of them may be written: n, or the prefix that lies in committed
-// units if a commit failed (an error if not even one byte). writeMu is held.
+// units if a commit failed (an error if not even one byte). tx.mu is held.
 func (c *Conn) commitLocked(n int) (int, error) {
-	w := &c.txw
+	w := &c.tx.window
 	if !w.elastic || n <= 0 {
 		return n, nil
 	}
-	off := int(c.txPrep.Count)
+	off := int(c.tx.prepared.Count)
 	need := c.unitsOf(off, n)
 	missing := need &^ w.committed
 	if missing == 0 {
@@ -181,7 +181,7 @@ func (c *Conn) commitLocked(n int) (int, error) {
 			w.commits.Add(1)
 		}
 		done += piece
-		if pos += piece; pos == c.txSize {
+		if pos += piece; pos == c.tx.size {
 			pos = 0
 		}
 	}
@@ -190,16 +190,16 @@ func (c *Conn) commitLocked(n int) (int, error) {
 }
 
 // liveUnits are the units that may hold a byte the reader has not consumed or the
-// writer has prepared: [consumer, prepared), plus unit 0. writeMu is held.
+// writer has prepared: [consumer, prepared), plus unit 0. tx.mu is held.
 func (c *Conn) liveUnits() uint64 {
-	return 1 | c.unitsOf(int(c.txCons.Count), cdc.Diff(c.txSize, c.txCons, c.txPrep))
+	return 1 | c.unitsOf(int(c.tx.peerCons.Count), cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prepared))
 }
 
 // slideLocked gives back the units of a small window that hold nothing live and that
 // the next write (need) does not go to. Too many slides in an epoch double the window
-// instead of paying a commit and a decommit per unit. writeMu is held.
+// instead of paying a commit and a decommit per unit. tx.mu is held.
 func (c *Conn) slideLocked(need uint64) {
-	w := &c.txw
+	w := &c.tx.window
 	if now := time.Now(); now.Sub(w.slideAt) > slideEpoch {
 		w.slideAt, w.slides = now, 0
 	}
@@ -217,7 +217,7 @@ func (c *Conn) slideLocked(need uint64) {
 
 // decommitLocked gives back every committed unit outside keep (never unit 0).
 func (c *Conn) decommitLocked(keep uint64) {
-	w := &c.txw
+	w := &c.tx.window
 	drop := w.committed &^ keep &^ 1
 	for drop != 0 {
 		k := bits.TrailingZeros64(drop)
@@ -233,14 +233,14 @@ func (c *Conn) decommitLocked(keep uint64) {
 // sweepIdle shrinks the window of a connection that wrote nothing since the sweeper's
 // last idleTicks looks (force: now) and gives back every unit that holds nothing live
 // and is not the one the next write goes to. It never waits: a connection whose writer
-// holds writeMu (a Write in progress, or blocked on a full ring) is not idle. It reports
+// holds tx.mu (a Write in progress, or blocked on a full ring) is not idle. It reports
 // whether it shrank.
 func (c *Conn) sweepIdle(force bool) bool {
-	if !c.writeMu.TryLock() {
+	if !c.tx.mu.TryLock() {
 		return false
 	}
-	defer c.writeMu.Unlock()
-	w := &c.txw
+	defer c.tx.mu.Unlock()
+	w := &c.tx.window
 	if !w.elastic {
 		return false
 	}
@@ -263,7 +263,7 @@ func (c *Conn) sweepIdle(force bool) bool {
 		return false // the next Write reports it
 	}
 	w.win = w.small
-	c.decommitLocked(c.liveUnits() | 1<<w.chunk(int(c.txPrep.Count)))
+	c.decommitLocked(c.liveUnits() | 1<<w.chunk(int(c.tx.prepared.Count)))
 	w.shrinks.Add(1)
 	return true
 }

@@ -112,7 +112,7 @@ func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
 	defer b.Close()
 	streamExact(t, a, b, 8<<20, 1<<20, 2)
 	st := a.Stats()
-	assert.Equal(t, a.txSize, st.SendWindow, "a bulk stream's window is the whole ring")
+	assert.Equal(t, a.tx.size, st.SendWindow, "a bulk stream's window is the whole ring")
 	assert.Equal(t, ism.MaxDMBSize, st.PeerRMBCommitted, "and all of its memory")
 	assert.EqualValues(t, 5, st.WindowGrows, "64 KiB doubles five times to 1 MiB (less the CDC area)")
 
@@ -128,7 +128,7 @@ func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
 	st = a.Stats()
 	assert.Equal(t, windowSmall, st.SendWindow)
 	// Kept: unit 0 and the unit the next write goes to (the ring is empty).
-	next := a.txw.chunk(int(a.txPrep.Count))
+	next := a.tx.window.chunk(int(a.tx.prepared.Count))
 	wantUnits := 1
 	if next != 0 {
 		wantUnits = 2
@@ -142,7 +142,7 @@ func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, <-rd)
 	streamExact(t, a, b, 4<<20, 256<<10, 3)
-	assert.Equal(t, a.txSize, a.Stats().SendWindow)
+	assert.Equal(t, a.tx.size, a.Stats().SendWindow)
 	assert.EqualValues(t, 10, a.Stats().WindowGrows)
 }
 
@@ -224,8 +224,8 @@ func TestElasticSweepDuringBlockedWriteAndDeadline(t *testing.T) {
 	waitAsleep(t, a)
 	// Sweep while the Write is blocked. A sweep that returned false and after which the
 	// Write was still out overlapped it; a sweep may shrink only once the Write returned
-	// (it takes writeMu, which the Write holds until it returns).
-	// A shrink needs writeMu, which the Write holds until it returns: a sweep that shrank
+	// (it takes tx.mu, which the Write holds until it returns).
+	// A shrink needs tx.mu, which the Write holds until it returns: a sweep that shrank
 	// came after the Write's end, so its result must be there. Every sweep before that
 	// found the connection busy.
 	overlapped := 0
@@ -248,7 +248,7 @@ func TestElasticSweepDuringBlockedWriteAndDeadline(t *testing.T) {
 	require.Positive(t, overlapped, "no sweep overlapped the blocked Write")
 	r := <-done
 	require.True(t, errors.Is(r.err, os.ErrDeadlineExceeded), "%v", r.err)
-	require.Equal(t, a.txSize, r.n, "the Write filled the ring, then its deadline expired")
+	require.Equal(t, a.tx.size, r.n, "the Write filled the ring, then its deadline expired")
 	require.NoError(t, a.SetWriteDeadline(time.Time{}))
 	require.Equal(t, data[:r.n], readN(t, b, r.n))
 
@@ -286,7 +286,7 @@ func TestWindowUpdatePublication(t *testing.T) {
 		w, r := pipe(t, cfg, cfg)
 		defer w.Close()
 		defer r.Close()
-		size := r.rxSize
+		size := r.rx.size
 		limit := updateLimit(size)
 		require.Equal(t, windowUpdateCap, limit, "a 64 KiB ring's limit is the cap")
 		confirmed := func() int { return int(w.backend.PeerCons().Cursor.Count) }

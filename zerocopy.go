@@ -135,12 +135,12 @@ func (c *Conn) Lease() (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		return c.leaseFallback()
 	}
 	c.rxCalls.Add(1)
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	if c.zc.leaseOut() {
 		return nil, c.opError("lease", ErrZeroCopyBusy)
 	}
@@ -166,15 +166,15 @@ func (l *Lease) More() ([]byte, error) {
 		return nil, nilConnError("lease")
 	}
 	c := l.c
-	if !c.smc {
+	if !c.isSMC() {
 		return c.moreFallback(l)
 	}
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	if err := c.zc.check(l, nil, 0); err != nil {
 		return nil, c.opError("lease", err)
 	}
-	if l.n >= c.rxSize {
+	if l.n >= c.rx.size {
 		return nil, c.opError("lease", ErrZeroCopyRange) // it holds the whole ring
 	}
 	var span []byte
@@ -237,20 +237,20 @@ func (l *Lease) Release(n int) error {
 		return nilConnError("release")
 	}
 	c := l.c
-	if !c.smc {
+	if !c.isSMC() {
 		return c.releaseFallback(l, n)
 	}
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	if err := c.zc.check(l, nil, n); err != nil {
 		return c.opError("release", err)
 	}
 	closed := c.closed.Load()
 	if !closed && n > 0 {
-		c.rxCons = c.rxCons.Add(c.rxSize, n)
+		c.rx.cons = c.rx.cons.Add(c.rx.size, n)
 		c.rxBytes.Add(uint64(n))
 		pf := c.backend.PeerCons().ProdFlags
-		c.confirm(pf, cdc.Diff(c.rxSize, c.rxCons, c.rxProd) == 0)
+		c.confirm(pf, cdc.Diff(c.rx.size, c.rx.cons, c.rx.peerProd) == 0)
 	}
 	c.endZeroCopy(l, nil)
 	if closed {
@@ -291,11 +291,11 @@ func (c *Conn) Reserve(n int) (*Reservation, error) {
 	if n <= 0 {
 		return nil, c.opError("reserve", ErrZeroCopyRange)
 	}
-	if !c.smc {
+	if !c.isSMC() {
 		return c.reserveFallback(n)
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
 	if c.zc.resvOut() {
 		return nil, c.opError("reserve", ErrZeroCopyBusy)
 	}
@@ -306,8 +306,8 @@ func (c *Conn) Reserve(n int) (*Reservation, error) {
 	if err != nil {
 		return nil, err
 	}
-	off := int(c.txPrep.Count)
-	k, err := c.commitLocked(min(n, free, c.txSize-off))
+	off := int(c.tx.prepared.Count)
+	k, err := c.commitLocked(min(n, free, c.tx.size-off))
 	if err != nil {
 		return nil, c.opError("reserve", err)
 	}
@@ -327,11 +327,11 @@ func (r *Reservation) Commit(n int) error {
 		return nilConnError("commit")
 	}
 	c := r.c
-	if !c.smc {
+	if !c.isSMC() {
 		return c.commitFallback(r, n)
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
 	if err := c.zc.check(nil, r, n); err != nil {
 		return c.opError("commit", err)
 	}
@@ -339,7 +339,7 @@ func (r *Reservation) Commit(n int) error {
 	if err == nil && n > 0 {
 		c.txCalls.Add(1)
 		c.prepared(n)
-		c.moreHeld = false
+		c.tx.moreHeld = false
 		c.flushLocked(true, n, false)
 	}
 	c.endZeroCopy(nil, r)
@@ -363,8 +363,8 @@ func (c *Conn) leaseFallback() (*Lease, error) {
 	if z.leaseOut() {
 		return nil, c.opError("lease", ErrZeroCopyBusy)
 	}
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	if z.fbRxOff == z.fbRxEnd {
 		if z.fbRx == nil {
 			z.fbRx = make([]byte, fallbackLease)
@@ -389,22 +389,22 @@ func (c *Conn) readFallback(b []byte) (int, error) {
 	if z.leaseOut() {
 		return 0, c.opError("read", ErrZeroCopyBusy)
 	}
-	c.readMu.Lock()
+	c.rx.mu.Lock()
 	if z.fbRxOff < z.fbRxEnd {
 		n := copy(b, z.fbRx[z.fbRxOff:z.fbRxEnd])
 		z.fbRxOff += n
-		c.readMu.Unlock()
+		c.rx.mu.Unlock()
 		return n, nil
 	}
-	c.readMu.Unlock()
+	c.rx.mu.Unlock()
 	return c.tcp.Read(b)
 }
 
 // moreFallback reads more into the fallback buffer after the held bytes (moving them to
 // its front, and growing it if they fill it).
 func (c *Conn) moreFallback(l *Lease) ([]byte, error) {
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	z := &c.zc
 	if err := z.check(l, nil, 0); err != nil {
 		return nil, c.opError("lease", err)
@@ -435,8 +435,8 @@ func (c *Conn) moreFallback(l *Lease) ([]byte, error) {
 }
 
 func (c *Conn) releaseFallback(l *Lease, n int) error {
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	z := &c.zc
 	if err := c.zc.check(l, nil, n); err != nil {
 		return c.opError("release", err)
