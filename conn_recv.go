@@ -380,9 +380,17 @@ func (s *spinner) missed() {
 	}
 }
 
-// spinYield checks ready for up to yieldSpin, giving way in between: first to this
-// process's other runnable goroutines (runtime.Gosched), then to other threads on this
-// CPU (sched_yield). A busy process thus loses nothing to the spin; an idle one polls.
+// tightSpin bounds the first part of the default spin, which checks ready without a
+// system call in between: about the round trip of a message of tens of KiB between two
+// processes on two CPUs, so that such an answer is seen as it lands rather than after a
+// sched_yield, whose cost (and the Gosched beside it) would otherwise set the round trip
+// of small messages.
+const tightSpin = 12 * time.Microsecond
+
+// spinYield checks ready for up to yieldSpin: for the first tightSpin back to back, then
+// giving way in between, first to this process's other runnable goroutines
+// (runtime.Gosched), then to other threads on this CPU (sched_yield). A busy process thus
+// loses at most tightSpin to a spin; an idle one polls.
 func spinYield(ready func() bool) bool {
 	// Spinning pays off for the few connections a process is actively waiting on; with
 	// many waiting at once, the spins would only compete for the CPU. So a process spins
@@ -392,9 +400,14 @@ func spinYield(ready func() bool) bool {
 		return false
 	}
 	defer spinners.Add(-1)
-	end := time.Now().Add(yieldSpin)
+	start := time.Now()
 	for i := 1; !ready(); i++ {
-		if time.Now().After(end) {
+		if i%16 == 0 && time.Since(start) >= tightSpin {
+			break
+		}
+	}
+	for i := 1; !ready(); i++ {
+		if time.Since(start) >= yieldSpin {
 			return false
 		}
 		if i%4 == 0 {
