@@ -387,10 +387,10 @@ func (s *spinner) missed() {
 // of small messages.
 const tightSpin = 12 * time.Microsecond
 
-// spinYield checks ready for up to yieldSpin: for the first tightSpin back to back, then
-// giving way in between, first to this process's other runnable goroutines
-// (runtime.Gosched), then to other threads on this CPU (sched_yield). A busy process thus
-// loses at most tightSpin to a spin; an idle one polls.
+// spinYield checks ready for up to yieldSpin: in a process with nothing else to run, for
+// the first tightSpin back to back; then giving way in between, first to this process's
+// other runnable goroutines (runtime.Gosched), then to other threads on this CPU
+// (sched_yield). A busy process thus loses nothing to the spin; an idle one polls.
 func spinYield(ready func() bool) bool {
 	// Spinning pays off for the few connections a process is actively waiting on; with
 	// many waiting at once, the spins would only compete for the CPU. So a process spins
@@ -401,9 +401,11 @@ func spinYield(ready func() bool) bool {
 	}
 	defer spinners.Add(-1)
 	start := time.Now()
-	for i := 1; !ready(); i++ {
-		if i%16 == 0 && time.Since(start) >= tightSpin {
-			break
+	if processIdle() {
+		for i := 1; !ready(); i++ {
+			if i%16 == 0 && time.Since(start) >= tightSpin {
+				break
+			}
 		}
 	}
 	for i := 1; !ready(); i++ {
