@@ -176,8 +176,8 @@ type LLCHeader struct {
 // ParseLLCHeader decodes the header of a received LLC message in b, which
 // holds the whole message (and possibly more: a receive buffer). Like
 // smc_llc_rx_handler it requires at least 44 bytes, length 44 in version 0
-// and 44..8192 in version 2; it also requires b to hold Length bytes, the
-// version to be 0 or 2 and the type to be one of the LLC types.
+// and 44..8192 in version 2; it also requires b to hold Length bytes and
+// the type byte to be one Linux registers a handler for.
 func ParseLLCHeader(b []byte) (LLCHeader, error) {
 	if len(b) < LLCLen {
 		return LLCHeader{}, llcErr(0, "length", len(b), ">= 44 bytes received")
@@ -201,10 +201,26 @@ func ParseLLCHeader(b []byte) (LLCHeader, error) {
 	default:
 		return h, llcErr(h.Type, "llc_version", h.Version, "0 or 2")
 	}
-	if h.Type < LLCConfirmLink || h.Type > LLCDeleteRKey {
-		return h, llcErr(h.Type, "llc_type", uint8(h.Type), "1..9")
+	if !registered(h.Version, h.Type) {
+		return h, llcErr(h.Type, "llc_type", fmt.Sprintf("%#02x", b[0]), "a type byte of smc_llc_rx_handlers")
 	}
 	return h, nil
+}
+
+// registered reports whether Linux has a receive handler for the type byte
+// (smc_llc_rx_handlers): every type in version 0 but REQ_ADD_LINK, every
+// type in version 2 but ADD_LINK_CONT and CONFIRM_RKEY_CONT. A message with
+// another type byte is dropped unread.
+func registered(version uint8, t LLCType) bool {
+	switch t {
+	case LLCConfirmLink, LLCAddLink, LLCDeleteLink, LLCConfirmRKey, LLCTestLink, LLCDeleteRKey:
+		return true
+	case LLCAddLinkCont, LLCConfirmRKeyCont:
+		return version == 0
+	case LLCReqAddLink:
+		return version == LLCVersion2
+	}
+	return false
 }
 
 // parseLLC decodes the header of a message of type want; fixed reports that
@@ -224,11 +240,14 @@ func parseLLC(b []byte, want LLCType, fixed bool) (LLCHeader, []byte, error) {
 }
 
 // newLLC returns a zeroed message of n bytes with its header filled in, or
-// an error if version is neither 0 nor 2 or n does not fit the version.
+// an error if version is neither 0 nor 2, the type does not exist in that
+// version or n does not fit the version.
 func newLLC(version uint8, t LLCType, n int, flags LLCFlags) ([]byte, error) {
 	switch {
 	case version != 0 && version != LLCVersion2:
 		return nil, llcEncodeErr(t, "llc_version %d, want 0 or 2", version)
+	case !registered(version, t):
+		return nil, llcEncodeErr(t, "no such type in llc_version %d", version)
 	case version == 0 && n != LLCLen:
 		return nil, llcEncodeErr(t, "%d bytes need llc_version 2", n)
 	case n > LLCMaxLenV2:
@@ -520,8 +539,8 @@ func ParseAddLink(b []byte) (*AddLink, error) {
 	return m, nil
 }
 
-// AddLinkCont is struct smc_llc_msg_add_link_cont (type 0x03): in a v1 link
-// group, after ADD_LINK, server and client take turns sending the rkeys of
+// AddLinkCont is struct smc_llc_msg_add_link_cont (type 0x03, version 0
+// only): in a v1 link group, after ADD_LINK, server and client take turns sending the rkeys of
 // their RMBs on the new link, two per message, until both have none left.
 //
 //	off size field
@@ -648,15 +667,13 @@ func (m *ReqAddLink) Append(b []byte) ([]byte, error) {
 	return append(b, w...), nil
 }
 
-// ParseReqAddLink decodes a REQ_ADD_LINK: version 2, its GIDs inside the
-// message, which is no longer than 44 bytes or than its GIDs need.
+// ParseReqAddLink decodes a REQ_ADD_LINK (version 2, as the header check
+// requires): its GIDs inside the message, which is no longer than 44 bytes
+// or than its GIDs need.
 func ParseReqAddLink(b []byte) (*ReqAddLink, error) {
 	h, w, err := parseLLC(b, LLCReqAddLink, false)
 	if err != nil {
 		return nil, err
-	}
-	if h.Version != LLCVersion2 {
-		return nil, llcErr(h.Type, "llc_version", h.Version, LLCVersion2)
 	}
 	m := &ReqAddLink{Flags: h.Flags}
 	n := int(w[24])
@@ -753,7 +770,8 @@ func ParseConfirmRKey(b []byte) (*ConfirmRKey, error) {
 	return m, nil
 }
 
-// ConfirmRKeyCont is struct smc_llc_msg_confirm_rkey_cont (type 0x08), the
+// ConfirmRKeyCont is struct smc_llc_msg_confirm_rkey_cont (type 0x08,
+// version 0 only), the
 // RFC 7609 continuation of a CONFIRM_RKEY for link groups of more than three
 // links. Linux neither sends it nor acts on it (three tokens fit one
 // CONFIRM_RKEY); a receiver recognises and ignores it.
