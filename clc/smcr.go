@@ -185,7 +185,8 @@ func (m *AcceptConfirmR) Append(b []byte) ([]byte, error) {
 // the 36-byte form of kernels before SMCv2.1 in an Accept with release 0
 // (decoded as the 52-byte form with its SMCv2.1 fields zero); a v2
 // first-contact Confirm must also hold its GID list, at most GIDListMax
-// entries. An SMC-D message yields an error matching ErrModeUnsupported.
+// entries (Linux always sends the list and does not read it back). An SMC-D
+// message yields an error matching ErrModeUnsupported.
 func ParseAcceptConfirmR(msg []byte) (*AcceptConfirmR, error) {
 	h, err := parseFramed(msg, TypeAccept, AcceptConfirmLenV1, true)
 	if err != nil {
