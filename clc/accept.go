@@ -38,7 +38,7 @@ const (
 	FCEV2xLen          = 52 // struct smc_clc_first_contact_ext_v2x
 
 	// SMCRAcceptConfirmLenV1 and SMCRAcceptConfirmLenV2 are the SMC-R
-	// lengths (SMCR_CLC_ACCEPT_CONFIRM_LEN[_V2]), for reference only.
+	// lengths (SMCR_CLC_ACCEPT_CONFIRM_LEN[_V2]); see [AcceptConfirmR].
 	SMCRAcceptConfirmLenV1 = 68
 	SMCRAcceptConfirmLenV2 = 108
 
@@ -175,7 +175,7 @@ func ParseAcceptConfirm(msg []byte) (*AcceptConfirm, error) {
 			(h.Version >= V2 && len(msg) < SMCRAcceptConfirmLenV2) {
 			return nil, fieldErr(t, "length", len(msg), "68 (SMC-R v1) or >= 108 (SMC-R v2)")
 		}
-		return nil, &modeError{t}
+		return nil, &modeError{t: t, path: PathR}
 	default:
 		return nil, fieldErr(t, "typev1", h.TypeV1, "R or D")
 	}
@@ -221,11 +221,20 @@ func ParseAcceptConfirm(msg []byte) (*AcceptConfirm, error) {
 	return m, nil
 }
 
-// modeError reports a well-formed SMC-R Accept or Confirm.
-type modeError struct{ t MsgType }
+// modeError reports a well-formed Accept or Confirm of a layout the parser
+// called does not decode: SMC-R for ParseAcceptConfirm, SMC-D for
+// ParseAcceptConfirmR.
+type modeError struct {
+	t    MsgType
+	path Path // typev1 of the message
+}
 
 func (e *modeError) Error() string {
-	return "clc: " + e.t.String() + ": SMC-R layout (typev1 R) not supported"
+	name := "SMC-R"
+	if e.path == PathD {
+		name = "SMC-D"
+	}
+	return "clc: " + e.t.String() + ": " + name + " layout (typev1 " + e.path.String() + ") not supported"
 }
 
 func (e *modeError) Is(target error) bool { return target == ErrModeUnsupported }

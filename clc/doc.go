@@ -6,10 +6,12 @@
 // follow RFC 7609 Appendix A for version 1 and the IBM SMCv2 / SMCv2.1
 // documents for version 2. Each message has its own file with the layout
 // table next to the code: header.go ([Header], struct smc_clc_msg_hdr),
-// proposal.go ([Proposal], struct smc_clc_msg_proposal_area), accept.go
-// ([AcceptConfirm], the SMC-D half of struct smc_clc_msg_accept_confirm) and
-// decline.go ([Decline], struct smc_clc_msg_decline[_v2]). Decline reason
-// codes (SMC_CLC_DECL_*) live in codes.go.
+// proposal.go ([Proposal], struct smc_clc_msg_proposal_area, with the SMC-R
+// v1 GID/MAC and the SMC-Rv2 RoCEv2 GID and limits), accept.go
+// ([AcceptConfirm], the SMC-D half of struct smc_clc_msg_accept_confirm),
+// smcr.go ([AcceptConfirmR], its SMC-R half with the first-contact extension
+// and GID list) and decline.go ([Decline], struct smc_clc_msg_decline[_v2]).
+// Decline reason codes (SMC_CLC_DECL_*) live in codes.go.
 //
 // # Model
 //
@@ -28,7 +30,9 @@
 // [Decline.Err] turns it into a *[DeclineError] matching [ErrDeclined] for
 // the connection code that falls back to TCP.
 //
-// Only the SMC-D variant of Accept and Confirm is modelled. An SMC-R
+// [Parse] decodes Accept and Confirm in their SMC-D layout only: an SMC-R
 // Accept/Confirm is recognised and rejected with an error matching
-// [ErrModeUnsupported], so the caller can decline with [DeclModeUnsupp].
+// [ErrModeUnsupported], so an SMC-D-only caller can decline with
+// [DeclModeUnsupp]. [ParseWith] lets a caller that speaks SMC-R choose the
+// layouts it decodes; [ParseAcceptConfirmR] decodes the SMC-R layout alone.
 package clc

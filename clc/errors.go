@@ -10,9 +10,10 @@ import (
 var ErrProtocol = errors.New("clc: protocol violation")
 
 // ErrModeUnsupported is matched by the error returned when a well-formed
-// message uses a mode this package does not decode (an SMC-R Accept or
-// Confirm). It does not match [ErrProtocol]: the peer did nothing wrong, and
-// the usual answer is a Decline with [DeclModeUnsupp].
+// message uses a mode the parser called does not decode (an SMC-R Accept or
+// Confirm for [Parse], an SMC-D one for [ParseAcceptConfirmR]). It does not
+// match [ErrProtocol]: the peer did nothing wrong, and the usual answer is a
+// Decline with [DeclModeUnsupp].
 var ErrModeUnsupported = errors.New("clc: SMC mode not supported")
 
 // ErrDeclined is matched by every *[DeclineError].

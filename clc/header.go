@@ -102,6 +102,8 @@ const (
 	HostnameLen     = 32 // SMC_MAX_HOSTNAME_LEN
 	PeerIDLen       = 8  // SMC_SYSTEMID_LEN
 	LinkIDLen       = 4  // SMC_LGR_ID_SIZE
+	GIDLen          = 16 // SMC_GID_SIZE: a RoCE GID
+	MACLen          = 6  // ETH_ALEN: a RoCE port's MAC
 
 	// CHIDLoopback is the CHID of the loopback (emulated) ISM device.
 	CHIDLoopback = 0xFFFF

@@ -7,7 +7,8 @@ import (
 	"strconv"
 )
 
-// Message is a decoded CLC message: *Proposal, *AcceptConfirm or *Decline.
+// Message is a decoded CLC message: *Proposal, *AcceptConfirm (SMC-D),
+// *AcceptConfirmR (SMC-R) or *Decline.
 type Message interface {
 	Len() int
 }
@@ -19,8 +20,16 @@ var (
 )
 
 // Parse decodes a complete message of any type, dispatching on the type
-// byte of its header.
-func Parse(msg []byte) (Message, error) {
+// byte of its header. An Accept or Confirm decodes as SMC-D only: Parse is
+// ParseWith(msg, PathD).
+func Parse(msg []byte) (Message, error) { return ParseWith(msg, PathD) }
+
+// ParseWith is Parse for a caller that decodes the Accept/Confirm layouts in
+// modes: with PathD an SMC-D one becomes an *AcceptConfirm, with PathR an
+// SMC-R one becomes an *AcceptConfirmR, PathB decodes both (dispatching on
+// typev1). An Accept or Confirm of a layout outside modes is an error
+// matching ErrModeUnsupported once it is known to be well framed.
+func ParseWith(msg []byte, modes Path) (Message, error) {
 	h, err := ParseHeader(msg)
 	if err != nil {
 		return nil, err
@@ -35,10 +44,7 @@ func Parse(msg []byte) (Message, error) {
 			m = p
 		}
 	case TypeAccept, TypeConfirm:
-		var a *AcceptConfirm
-		if a, err = ParseAcceptConfirm(msg); err == nil {
-			m = a
-		}
+		m, err = parseAcceptConfirmWith(msg, h, modes)
 	case TypeDecline:
 		var d *Decline
 		if d, err = ParseDecline(msg); err == nil {
@@ -48,6 +54,27 @@ func Parse(msg []byte) (Message, error) {
 		err = fieldErr(h.Type, "type", h.Type, "1..4")
 	}
 	return m, err
+}
+
+func parseAcceptConfirmWith(msg []byte, h Header, modes Path) (Message, error) {
+	if h.TypeV1 == PathR && modes.HasR() {
+		a, err := ParseAcceptConfirmR(msg)
+		if err != nil {
+			return nil, err
+		}
+		return a, nil
+	}
+	if h.TypeV1 == PathD && !modes.HasD() {
+		// Framing and length are checked by the SMC-R parser, which
+		// reports the SMC-D layout as unsupported.
+		_, err := ParseAcceptConfirmR(msg)
+		return nil, err
+	}
+	a, err := ParseAcceptConfirm(msg)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // lenBounds returns the shortest and longest length ReadMsg accepts for a
