@@ -27,6 +27,10 @@
 #        SMCLOOP_UML_JOBS=N                 parallel make jobs (default: nproc)
 set -euo pipefail
 
+# The body is one brace group, read whole before it runs: a build takes minutes, and bash
+# reads a script as it goes, so an edit to this file mid-build must not change what runs.
+{
+
 cached=
 case ${1:-} in
 "") ;;
@@ -39,9 +43,12 @@ esac
 
 srcpkg=linux-source-6.12
 
-# The kernel configuration, applied with scripts/config on top of ARCH=um defconfig. It and
-# the recipe version are what the cache key hashes: change either and the kernel rebuilds.
-recipe=2
+# The kernel configuration, applied with scripts/config on top of ARCH=um defconfig, and
+# the patches applied to the source (xstate.patch: UML on a host with AMX; it needs the
+# larger kernel stack). They, the recipe version and the source version are what the cache
+# key hashes: change any and the kernel rebuilds.
+recipe=3
+patches=(xstate.patch)
 config=(
 	-e VIRTIO_UML -e UML_PCI_OVER_VIRTIO
 	-e INFINIBAND -e INFINIBAND_USER_ACCESS -e INFINIBAND_ADDR_TRANS -e RDMA_RXE
@@ -50,6 +57,7 @@ config=(
 	-e UNIX -e INET -e IPV6 -e PACKET -e TMPFS -e CRYPTO_CRC32 -e CRYPTO_CRC32C
 	-e BPF_SYSCALL -e CGROUPS -e CGROUP_BPF -e SOCK_CGROUP_DATA
 	-d MODULES -d SOUND -d UML_SOUND -d DEBUG_INFO -e DEBUG_INFO_NONE
+	--set-val KERNEL_STACK_ORDER 4
 )
 # Options that must be =y in the final .config (olddefconfig silently drops an option whose
 # dependencies are missing).
@@ -73,7 +81,11 @@ if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then
 fi
 
 cache=${SMCLOOP_UML_CACHE:-$HOME/.cache/smcloop/uml}
-key=$(printf '%s\n' "recipe=$recipe" "srcpkg=$srcpkg" "version=$ver" "${config[@]}" | sha256sum | cut -c1-16)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+key=$( {
+	printf '%s\n' "recipe=$recipe" "srcpkg=$srcpkg" "version=$ver" "${config[@]}"
+	for p in "${patches[@]}"; do cat "$here/$p"; done
+} | sha256sum | cut -c1-16)
 dir=$cache/$key
 if [ -x "$dir/linux" ]; then
 	echo "$dir/linux"
@@ -106,6 +118,9 @@ dpkg-deb -x "$work"/"$srcpkg"_*_all.deb "$work/pkg" >>"$buildlog" 2>&1 || fail "
 tar -C "$work" -xf "$work/pkg/usr/src/$srcpkg.tar.xz" >>"$buildlog" 2>&1 || fail "unpacking the source failed"
 rm -rf "$work/pkg" "$work"/"$srcpkg"_*_all.deb
 src=$work/$srcpkg
+for p in "${patches[@]}"; do
+	patch -d "$src" -p1 <"$here/$p" >>"$buildlog" 2>&1 || fail "patch $p does not apply"
+done
 obj=$work/obj
 mkdir -p "$obj"
 mk() { make -s -C "$src" ARCH=um O="$obj" "$@" >>"$buildlog" 2>&1; }
@@ -116,6 +131,7 @@ mk olddefconfig || fail "make olddefconfig failed"
 for opt in "${required[@]}"; do
 	grep -qx "CONFIG_$opt=y" "$obj/.config" || fail "CONFIG_$opt did not get enabled"
 done
+grep -qx "CONFIG_KERNEL_STACK_ORDER=4" "$obj/.config" || fail "CONFIG_KERNEL_STACK_ORDER is not 4"
 mk -j"${SMCLOOP_UML_JOBS:-$(nproc)}" linux || fail "make linux failed"
 
 cp "$obj/.config" "$dir/config"
@@ -123,3 +139,5 @@ cp "$obj/linux" "$dir/.linux.tmp"
 mv "$dir/.linux.tmp" "$dir/linux"
 log "built in $(($(date +%s) - start)) s"
 echo "$dir/linux"
+exit 0
+}
