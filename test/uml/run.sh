@@ -108,10 +108,17 @@ mkdir -p "$cache/ports"
 run=$(mktemp -d "$cache/run-XXXXXX")
 pids=()
 claims=()
+# An instance is its kernel process, which makes itself a session and process group leader
+# early in boot, and the helper and user-space processes it forks into that group; killing
+# the group (and the process, for the moment before it leads one) ends all of them.
+killall_instances() {
+	for p in ${pids[@]+"${pids[@]}"}; do kill -KILL -- "-$p" "$p" 2>/dev/null || true; done
+}
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	for p in ${pids[@]+"${pids[@]}"}; do kill -KILL -- "-$p" "$p" 2>/dev/null || true; done
+	[ -z "${watchdog:-}" ] || kill "$watchdog" 2>/dev/null || true
+	killall_instances
 	for p in ${pids[@]+"${pids[@]}"}; do wait "$p" 2>/dev/null || true; done
 	for c in ${claims[@]+"${claims[@]}"}; do rm -rf "$c"; done
 	if [ -n "$outdir" ] && [ -d "$run/1" ]; then
@@ -198,12 +205,25 @@ for i in $(seq "$n"); do
 	# The hostfs root is read-only; uml_dir keeps the instance's pid and mconsole socket in
 	# the run's directory.
 	# shellcheck disable=SC2086
-	timeout -s KILL "$timeout" "$kernel" umid="smcloop-$id-$i" uml_dir="$run" mem="$mem" \
+	"$kernel" umid="smcloop-$id-$i" uml_dir="$run" mem="$mem" \
 		rootfstype=hostfs rootflags=/ ro init="$run/init.sh" con=null con0=null,fd:1 quiet \
 		umltest.dir="$run" umltest.index="$i" umltest.ip="$addr" $net \
 		</dev/null >"$d/console" 2>&1 &
 	pids+=($!)
 done
+# The hard timeout: a timer that kills every instance still running.
+# Its sleep is killed with it and holds none of run.sh's output, so nothing outlives run.sh
+# or keeps a caller's pipe open.
+(
+	trap - EXIT INT
+	trap 'kill "$timer" 2>/dev/null; exit 0' TERM
+	sleep "$timeout" &
+	timer=$!
+	wait "$timer"
+	: >"$run/timedout"
+	killall_instances
+) </dev/null >/dev/null 2>&1 &
+watchdog=$!
 
 rc=0
 for i in $(seq "$n"); do
@@ -213,7 +233,7 @@ for i in $(seq "$n"); do
 	if [ -f "$run/$i/status" ]; then
 		s=$(cat "$run/$i/status")
 		[ "$s" = 0 ] || { log "$role: exit status $s"; rc=1; }
-	elif [ "$st" = 137 ]; then
+	elif [ -e "$run/timedout" ]; then
 		log "$role: timed out after $timeout s, instance killed"
 		rc=1
 	else
@@ -221,6 +241,9 @@ for i in $(seq "$n"); do
 		rc=1
 	fi
 done
+kill "$watchdog" 2>/dev/null || true
+wait "$watchdog" 2>/dev/null || true
+watchdog=
 pids=()
 log "$n instance(s), $(( ($(date +%s%N) - start) / 1000000 )) ms from boot to poweroff"
 if [ -z "$quiet" ]; then
