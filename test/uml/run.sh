@@ -250,5 +250,4 @@ if [ -z "$quiet" ]; then
 	for i in $(seq "$n"); do sed "s/\r\$//; s/^/[${roles[i - 1]}] /" "$run/$i/console"; done
 fi
 exit "$rc"
-exit
 }
