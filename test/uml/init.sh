@@ -1,10 +1,10 @@
 #!/bin/sh
 # init.sh is PID 1 of a UML instance that run.sh boots on the host's root filesystem
 # (hostfs, read-only). It mounts proc, sys, devtmpfs, a fresh tmpfs on /tmp and /run,
-# mounts the run's directory read-write at its host path, brings up eth0 (the vector NIC
-# that joins the two instances, or a dummy NIC when there is only one) with the address
-# from the kernel command line and the soft-RoCE device rxe0 on it, runs the instance's
-# job, records the job's exit status and powers off.
+# cgroup2 on /sys/fs/cgroup and bpffs on /sys/fs/bpf, and the run's directory read-write at
+# its host path; brings up eth0 (the vector NIC that joins the two instances, or a dummy NIC
+# when there is only one) with the address from the kernel command line and the soft-RoCE
+# device rxe0 on it; runs the instance's job, records the job's exit status and powers off.
 #
 # Kernel command line (set by run.sh): umltest.dir=RUNDIR umltest.index=N umltest.ip=10.0.0.N
 # The job is RUNDIR/N/job.sh (written by run.sh; it sets the UMLTEST_* environment and
@@ -18,6 +18,9 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp
 mount -t tmpfs run /run
+# cgroup2 and bpffs, for eBPF programs (sock_ops attaches to a cgroup).
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 
 arg() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 dir=$(arg umltest.dir)
