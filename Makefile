@@ -13,7 +13,7 @@ CROSS_BUILD_GOOS ?= windows
 # The modules of this repository besides the root one, each with its own go.mod.
 SUBMODULES := bench examples/grpc
 
-.PHONY: all build test unit race stream load soak fuzz-smoke bench-smoke bench-module examples bench lint vet staticcheck cross tidy-check clean
+.PHONY: all build test unit race stream load soak fuzz-smoke bench-smoke bench-module examples bench lint vet staticcheck cross tidy-check clean uml-kernel uml-smoke
 
 all: build test
 
@@ -95,3 +95,14 @@ tidy-check:
 
 clean:
 	rm -rf bin
+
+# The UML rig (test/uml, docs/UML.md): real RDMA verbs on soft-RoCE inside User-Mode Linux.
+# uml-kernel installs the rig's packages and builds the kernel once per machine (about 11
+# minutes on 2 cores), cached under ${SMCLOOP_UML_CACHE:-$HOME/.cache/smcloop/uml}.
+# uml-smoke boots two instances: ibv_rc_pingpong between them, then a Go test's round trip.
+uml-kernel:
+	test/uml/deps.sh
+	test/uml/build-kernel.sh
+
+uml-smoke: uml-kernel
+	test/uml/smoke.sh
