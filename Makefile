@@ -98,7 +98,7 @@ clean:
 
 # The UML rig (test/uml, docs/UML.md): real RDMA verbs on soft-RoCE inside User-Mode Linux.
 # uml-kernel installs the rig's packages and builds the kernel once per machine (about 11
-# minutes on 2 cores), cached under ${SMCLOOP_UML_CACHE:-$HOME/.cache/smcloop/uml}.
+# minutes on 2 cores), cached under ${UMLTEST_CACHE:-$HOME/.cache/smcloop/uml}.
 # uml-smoke boots two instances: ibv_rc_pingpong between them, then a Go test's round trip.
 uml-kernel:
 	test/uml/deps.sh

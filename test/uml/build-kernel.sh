@@ -9,7 +9,7 @@
 # UML_PCI_OVER_VIRTIO is what provides the IOMEM/DMA emulation and PCI that INFINIBAND and
 # RDMA_RXE depend on.
 #
-# Cache: ${SMCLOOP_UML_CACHE:-$HOME/.cache/smcloop/uml}/<key>/linux, where <key> is a hash
+# Cache: ${UMLTEST_CACHE:-$HOME/.cache/smcloop/uml}/<key>/linux, where <key> is a hash
 # of the configuration below (options and build recipe) and the kernel source package's
 # version. A rerun with the same key prints the cached path at once; a configuration change
 # or a new linux-source-6.12 builds again (about 11 minutes on 2 cores). Concurrent runs for
@@ -24,7 +24,7 @@
 #        test/uml/build-kernel.sh --cached  prints the cached kernel's path, or exits 1 with
 #                                           nothing on stdout when it is not built (never
 #                                           builds, never runs apt-get)
-#        SMCLOOP_UML_JOBS=N                 parallel make jobs (default: nproc)
+#        UMLTEST_JOBS=N                 parallel make jobs (default: nproc)
 set -euo pipefail
 
 # The body is one brace group, read whole before it runs: a build takes minutes, and bash
@@ -80,7 +80,7 @@ if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then
 	exit 1
 fi
 
-cache=${SMCLOOP_UML_CACHE:-$HOME/.cache/smcloop/uml}
+cache=${UMLTEST_CACHE:-$HOME/.cache/smcloop/uml}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 key=$( {
 	printf '%s\n' "recipe=$recipe" "srcpkg=$srcpkg" "version=$ver" "${config[@]}"
@@ -132,7 +132,7 @@ for opt in "${required[@]}"; do
 	grep -qx "CONFIG_$opt=y" "$obj/.config" || fail "CONFIG_$opt did not get enabled"
 done
 grep -qx "CONFIG_KERNEL_STACK_ORDER=4" "$obj/.config" || fail "CONFIG_KERNEL_STACK_ORDER is not 4"
-mk -j"${SMCLOOP_UML_JOBS:-$(nproc)}" linux || fail "make linux failed"
+mk -j"${UMLTEST_JOBS:-$(nproc)}" linux || fail "make linux failed"
 
 cp "$obj/.config" "$dir/config"
 cp "$obj/linux" "$dir/.linux.tmp"

@@ -22,7 +22,7 @@
 #
 # Binaries must not be under /tmp (each instance mounts a fresh tmpfs there): run.sh copies
 # the command's program (the -- form, when it names a file) and every -f file into the
-# run's directory, ${SMCLOOP_UML_CACHE:-$HOME/.cache/smcloop/uml}/run-XXXXXX, and runs the
+# run's directory, ${UMLTEST_CACHE:-$HOME/.cache/smcloop/uml}/run-XXXXXX, and runs the
 # copies. Each run has its own directory, umids and UDP ports (claimed under
 # $cache/ports), so runs at once do not collide; every exit path (success, failure,
 # timeout, SIGINT, SIGTERM) kills the instances and removes the run's directory and claims.
@@ -55,7 +55,7 @@ set -euo pipefail
 {
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cache=${SMCLOOP_UML_CACHE:-$HOME/.cache/smcloop/uml}
+cache=${UMLTEST_CACHE:-$HOME/.cache/smcloop/uml}
 usage() {
 	sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
 	exit 2
