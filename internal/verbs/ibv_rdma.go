@@ -114,6 +114,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -299,9 +300,10 @@ func (d *device) Close() error {
 }
 
 type compChannel struct {
-	ch   *C.struct_ibv_comp_channel
-	file *os.File
-	rc   syscall.RawConn
+	ch     *C.struct_ibv_comp_channel
+	file   *os.File
+	rc     syscall.RawConn
+	closed atomic.Bool
 
 	waitMu  sync.Mutex // one Wait at a time; guards readErr
 	readFn  func(uintptr) bool
@@ -315,15 +317,30 @@ func (c *compChannel) Wait() error {
 	defer c.waitMu.Unlock()
 	c.readErr = nil
 	if err := c.rc.Read(c.readFn); err != nil {
-		return err // os.ErrDeadlineExceeded or os.ErrClosed, from the poller
+		// The poller's own errors: its deadline error is os.ErrDeadlineExceeded, its
+		// closing error is internal/poll's, reported as os.ErrClosed as os.File.Read
+		// does.
+		if c.closed.Load() {
+			return os.ErrClosed
+		}
+		return err
 	}
 	return c.readErr
 }
 
-func (c *compChannel) SetDeadline(t time.Time) error { return c.file.SetReadDeadline(t) }
+// SetDeadline sets the descriptor's read deadline on the poller.
+func (c *compChannel) SetDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return os.ErrClosed
+	}
+	return c.file.SetReadDeadline(t)
+}
 
 // Close closes the poller's duplicate (ending a Wait), then ibv_destroy_comp_channel.
 func (c *compChannel) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
 	if err := c.file.Close(); err != nil {
 		return err
 	}
@@ -386,9 +403,13 @@ func (q *complQueue) ReqNotify(solicitedOnly bool) error {
 
 // Close: ibv_destroy_cq.
 func (q *complQueue) Close() error {
+	if q.cq == nil {
+		return nil
+	}
 	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
 		return errnoErr("ibv_destroy_cq", rc)
 	}
+	q.cq = nil
 	return nil
 }
 
@@ -407,7 +428,7 @@ func (p *protDomain) RegMR(mem *Mem, access Access) (MR, error) {
 	if mr == nil {
 		return nil, callErr("ibv_reg_mr", err)
 	}
-	return &memRegion{mr: mr, n: len(b)}, nil
+	return &memRegion{mr: mr, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), addr: uint64(uintptr(mr.addr)), n: len(b)}, nil
 }
 
 // CreateQP: ibv_create_qp, IBV_QPT_RC, sq_sig_all 0. A per-QP C buffer stages inline
@@ -431,7 +452,7 @@ func (p *protDomain) CreateQP(cfg QPConfig) (QP, error) {
 	if qp == nil {
 		return nil, callErr("ibv_create_qp", err)
 	}
-	q := &queuePair{qp: qp, maxInline: int(ia.cap.max_inline_data)}
+	q := &queuePair{qp: qp, qpn: uint32(qp.qp_num), maxInline: int(ia.cap.max_inline_data)}
 	if q.maxInline > 0 {
 		q.inline = (*byte)(C.malloc(C.size_t(q.maxInline)))
 	}
@@ -440,32 +461,45 @@ func (p *protDomain) CreateQP(cfg QPConfig) (QP, error) {
 
 // Close: ibv_dealloc_pd.
 func (p *protDomain) Close() error {
+	if p.pd == nil {
+		return nil
+	}
 	if rc := C.ibv_dealloc_pd(p.pd); rc != 0 {
 		return errnoErr("ibv_dealloc_pd", rc)
 	}
+	p.pd = nil
 	return nil
 }
 
+// memRegion keeps the keys and address ibv_reg_mr returned, so they stay readable
+// after Close.
 type memRegion struct {
-	mr *C.struct_ibv_mr
-	n  int
+	mr         *C.struct_ibv_mr
+	lkey, rkey uint32
+	addr       uint64
+	n          int
 }
 
-func (m *memRegion) LKey() uint32 { return uint32(m.mr.lkey) }
-func (m *memRegion) RKey() uint32 { return uint32(m.mr.rkey) }
-func (m *memRegion) Addr() uint64 { return uint64(uintptr(m.mr.addr)) }
+func (m *memRegion) LKey() uint32 { return m.lkey }
+func (m *memRegion) RKey() uint32 { return m.rkey }
+func (m *memRegion) Addr() uint64 { return m.addr }
 func (m *memRegion) Len() int     { return m.n }
 
 // Close: ibv_dereg_mr.
 func (m *memRegion) Close() error {
+	if m.mr == nil {
+		return nil
+	}
 	if rc := C.ibv_dereg_mr(m.mr); rc != 0 {
 		return errnoErr("ibv_dereg_mr", rc)
 	}
+	m.mr = nil
 	return nil
 }
 
 type queuePair struct {
 	qp        *C.struct_ibv_qp
+	qpn       uint32
 	maxInline int
 
 	postMu sync.Mutex // serialises PostSend: guards inline and sge
@@ -475,7 +509,7 @@ type queuePair struct {
 	rsge   [4]C.struct_ibv_sge
 }
 
-func (q *queuePair) QPN() uint32    { return uint32(q.qp.qp_num) }
+func (q *queuePair) QPN() uint32    { return q.qpn }
 func (q *queuePair) MaxInline() int { return q.maxInline }
 
 func (q *queuePair) modify(attr *C.struct_ibv_qp_attr, mask C.int) error {
@@ -595,9 +629,13 @@ func (q *queuePair) PostRecv(wr *RecvWR) error {
 
 // Close: ibv_destroy_qp, then the inline staging buffer.
 func (q *queuePair) Close() error {
+	if q.qp == nil {
+		return nil
+	}
 	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
 		return errnoErr("ibv_destroy_qp", rc)
 	}
+	q.qp = nil
 	if q.inline != nil {
 		C.free(unsafe.Pointer(q.inline))
 		q.inline = nil
