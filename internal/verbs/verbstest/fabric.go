@@ -62,8 +62,8 @@ type Counts struct {
 	Devices, PDs, MRs, Channels, CQs, QPs int
 }
 
-// NewHost adds a host. An IP that is not IPv4 or already on the fabric, or an empty
-// device name, fails with an error wrapping EINVAL.
+// NewHost adds a host. An IP that is not IPv4 or already on the fabric, an empty
+// device name, an invalid MTU or GID type fails with an error wrapping EINVAL.
 func (f *Fabric) NewHost(cfg HostConfig) (*Host, error) {
 	ip4 := cfg.IP.To4()
 	if ip4 == nil || cfg.Device == "" {
@@ -74,6 +74,9 @@ func (f *Fabric) NewHost(cfg HostConfig) (*Host, error) {
 	}
 	if cfg.GIDType == 0 {
 		cfg.GIDType = verbs.GIDTypeRoCEv2
+	}
+	if !cfg.MTU.Valid() || cfg.GIDType > verbs.GIDTypeRoCEv2 {
+		return nil, fmt.Errorf("verbstest: MTU %d, GID type %d: %w", cfg.MTU, cfg.GIDType, syscall.EINVAL)
 	}
 	mac := net.HardwareAddr{0x02, 0x00, ip4[0], ip4[1], ip4[2], ip4[3]}
 	var ll, v4 verbs.GID

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -62,10 +63,36 @@ func TestNewHostRejects(t *testing.T) {
 	assert.ErrorIs(t, err, syscall.EINVAL)
 	_, err = f.NewHost(HostConfig{IP: net.IPv4(10, 0, 0, 1)})
 	assert.ErrorIs(t, err, syscall.EINVAL)
+	_, err = f.NewHost(HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 1), MTU: 6})
+	assert.ErrorIs(t, err, syscall.EINVAL)
+	_, err = f.NewHost(HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 1), GIDType: 3})
+	assert.ErrorIs(t, err, syscall.EINVAL)
 	_, err = f.NewHost(HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 1)})
 	require.NoError(t, err)
 	_, err = f.NewHost(HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 1)})
 	assert.ErrorIs(t, err, syscall.EINVAL)
+}
+
+// The fake's completion channel runs on the bubble's clock: a deadline an hour away
+// passes at once, deterministically.
+func TestCompChannelSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newLink(t, defaultOpts())
+		start := time.Now()
+		require.NoError(t, b.ch.SetDeadline(start.Add(time.Hour)))
+		assert.ErrorIs(t, b.ch.Wait(), os.ErrDeadlineExceeded)
+		assert.Equal(t, time.Hour, time.Since(start))
+
+		require.NoError(t, b.ch.SetDeadline(time.Time{}))
+		require.NoError(t, b.rcq.ReqNotify(false))
+		b.postRecv(t, 1, 0, 8)
+		done := make(chan error)
+		go func() { done <- b.ch.Wait() }()
+		synctest.Wait() // the waiter is parked
+		require.NoError(t, a.qp.PostSend(&verbs.SendWR{ID: 1, Opcode: verbs.OpSend, Inline: []byte("x")}))
+		require.NoError(t, <-done)
+		assert.Len(t, poll(t, b.rcq), 1)
+	})
 }
 
 // One side RDMA WRITEs into the peer's region and then SENDs a 44-byte CDC-sized
