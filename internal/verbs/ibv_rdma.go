@@ -642,3 +642,26 @@ func (q *queuePair) Close() error {
 	}
 	return nil
 }
+
+// The Go encodings are libibverbs' enums: each line fails to compile if one differs.
+var (
+	_ [0]struct{} = [int(OpSend) - int(C.IBV_WR_SEND)]struct{}{}
+	_ [0]struct{} = [int(OpRDMAWrite) - int(C.IBV_WR_RDMA_WRITE)]struct{}{}
+	_ [0]struct{} = [int(FlagSignaled) - int(C.IBV_SEND_SIGNALED)]struct{}{}
+	_ [0]struct{} = [int(FlagSolicited) - int(C.IBV_SEND_SOLICITED)]struct{}{}
+	_ [0]struct{} = [int(AccessLocalWrite) - int(C.IBV_ACCESS_LOCAL_WRITE)]struct{}{}
+	_ [0]struct{} = [int(AccessRemoteWrite) - int(C.IBV_ACCESS_REMOTE_WRITE)]struct{}{}
+	_ [0]struct{} = [int(AccessRemoteRead) - int(C.IBV_ACCESS_REMOTE_READ)]struct{}{}
+	_ [0]struct{} = [int(WCSend) - int(C.IBV_WC_SEND)]struct{}{}
+	_ [0]struct{} = [int(WCRDMAWrite) - int(C.IBV_WC_RDMA_WRITE)]struct{}{}
+	_ [0]struct{} = [int(WCRecv) - int(C.IBV_WC_RECV)]struct{}{}
+	_ [0]struct{} = [int(StatusWRFlushErr) - int(C.IBV_WC_WR_FLUSH_ERR)]struct{}{}
+	_ [0]struct{} = [int(StatusRetryExcErr) - int(C.IBV_WC_RETRY_EXC_ERR)]struct{}{}
+	_ [0]struct{} = [int(StatusTMRndvIncomplete) - int(C.IBV_WC_TM_RNDV_INCOMPLETE)]struct{}{}
+	_ [0]struct{} = [int(QPErr) - int(C.IBV_QPS_ERR)]struct{}{}
+	_ [0]struct{} = [int(QPRTS) - int(C.IBV_QPS_RTS)]struct{}{}
+	_ [0]struct{} = [int(PortActive) - int(C.IBV_PORT_ACTIVE)]struct{}{}
+	_ [0]struct{} = [int(MTU4096) - int(C.IBV_MTU_4096)]struct{}{}
+	_ [0]struct{} = [int(GIDTypeRoCEv2) - int(C.IBV_GID_TYPE_ROCE_V2)]struct{}{}
+	_ [0]struct{} = [int(LinkLayerEthernet) - int(C.IBV_LINK_LAYER_ETHERNET)]struct{}{}
+)
