@@ -224,13 +224,13 @@ func umlInside(t *testing.T) {
 	msg := bytes.Repeat([]byte{0xfe, 0x2c}, umlMsgSize/2)
 
 	if role == "server" {
-		// The receive for the CDC-sized SEND goes in before the peer can send.
-		recvAt := s.mr.Addr() + umlWriteSize
-		require.NoError(t, s.qp.PostRecv(&RecvWR{ID: 100, SGE: []SGE{{Addr: recvAt, Length: 64, LKey: s.mr.LKey()}}}))
 		var peer umlLinkInfo
 		require.NoError(t, dec.Decode(&peer))
 		require.NoError(t, enc.Encode(mine))
 		s.connect(t, psn, peer)
+		// The receive for the CDC-sized SEND goes in before the peer hears "ready".
+		recvAt := s.mr.Addr() + umlWriteSize
+		require.NoError(t, s.qp.PostRecv(&RecvWR{ID: 100, SGE: []SGE{{Addr: recvAt, Length: 64, LKey: s.mr.LKey()}}}))
 		require.NoError(t, enc.Encode(umlLinkInfo{})) // ready
 		setup := time.Since(begin)
 
