@@ -22,6 +22,11 @@ static int smcl_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t in
 	return rc < 0 ? errno : rc;
 }
 
+// smcl_query_gid_table returns the number of valid entries written, or -errno.
+static ssize_t smcl_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *e, size_t n) {
+	return ibv_query_gid_table(ctx, e, n, 0);
+}
+
 // smcl_poll_cq returns the number of completions or a negative errno.
 static int smcl_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
 	int rc = ibv_poll_cq(cq, n, wc);
@@ -193,8 +198,10 @@ type device struct {
 
 func (d *device) Name() string { return d.name }
 
-// QueryPort: ibv_query_port, then ibv_query_gid_ex for every table index (an empty
-// entry fails with ENODATA and is left out); the MAC comes from the GID's netdev.
+// QueryPort: ibv_query_port, then the GID table in one call (ibv_query_gid_table, valid
+// entries only), or where the kernel lacks it, ibv_query_gid_ex for every index (an
+// empty entry fails with ENODATA and is left out); the MAC comes from the GID's netdev.
+// The table has every port's entries; only port's are kept.
 func (d *device) QueryPort(port uint8) (PortAttr, error) {
 	var pa C.struct_ibv_port_attr
 	if rc := C.smcl_query_port(d.ctx, C.uint8_t(port), &pa); rc != 0 {
@@ -207,9 +214,28 @@ func (d *device) QueryPort(port uint8) (PortAttr, error) {
 		LinkLayer:   LinkLayer(pa.link_layer),
 		GIDTableLen: int(pa.gid_tbl_len),
 	}
-	for i := 0; i < a.GIDTableLen; i++ {
-		var e C.struct_ibv_gid_entry
-		if rc := C.smcl_query_gid_ex(d.ctx, C.uint32_t(port), C.uint32_t(i), &e); rc != 0 {
+	var entries []C.struct_ibv_gid_entry
+	if a.GIDTableLen > 0 {
+		var attr C.struct_ibv_device_attr
+		ports := 1
+		if C.ibv_query_device(d.ctx, &attr) == 0 && attr.phys_port_cnt > 0 {
+			ports = int(attr.phys_port_cnt)
+		}
+		buf := make([]C.struct_ibv_gid_entry, a.GIDTableLen*ports)
+		if n := C.smcl_query_gid_table(d.ctx, &buf[0], C.size_t(len(buf))); n >= 0 {
+			entries = buf[:n]
+		} else {
+			for i := 0; i < a.GIDTableLen; i++ {
+				var e C.struct_ibv_gid_entry
+				if rc := C.smcl_query_gid_ex(d.ctx, C.uint32_t(port), C.uint32_t(i), &e); rc == 0 {
+					entries = append(entries, e)
+				}
+			}
+		}
+	}
+	for i := range entries {
+		e := &entries[i]
+		if e.port_num != C.uint32_t(port) {
 			continue
 		}
 		g := GIDEntry{Index: uint32(e.gid_index), Type: GIDType(e.gid_type), Ifindex: uint32(e.ndev_ifindex)}
