@@ -194,9 +194,15 @@ func (system) Open(name string) (Device, error) {
 type device struct {
 	ctx  *C.struct_ibv_context
 	name string
+
+	pds, mrs, channels, cqs, qps atomic.Int64 // open objects made from it
 }
 
 func (d *device) Name() string { return d.name }
+
+func (d *device) Live() Counts {
+	return Counts{PDs: int(d.pds.Load()), MRs: int(d.mrs.Load()), Channels: int(d.channels.Load()), CQs: int(d.cqs.Load()), QPs: int(d.qps.Load())}
+}
 
 // QueryPort: ibv_query_port, then the GID table in one call (ibv_query_gid_table, valid
 // entries only), or where the kernel lacks it, ibv_query_gid_ex for every index (an
@@ -259,7 +265,8 @@ func (d *device) AllocPD() (PD, error) {
 	if pd == nil {
 		return nil, callErr("ibv_alloc_pd", err)
 	}
-	return &protDomain{pd: pd}, nil
+	d.pds.Add(1)
+	return &protDomain{pd: pd, dev: d}, nil
 }
 
 // CreateCompChannel: ibv_create_comp_channel, its descriptor made non-blocking and a
@@ -288,7 +295,8 @@ func (d *device) CreateCompChannel() (CompChannel, error) {
 		C.ibv_destroy_comp_channel(ch)
 		return nil, &Error{Op: "ibv_create_comp_channel", Err: err}
 	}
-	c := &compChannel{ch: ch, file: f, rc: rc}
+	d.channels.Add(1)
+	c := &compChannel{ch: ch, file: f, rc: rc, dev: d}
 	c.readFn = func(uintptr) bool {
 		n := C.smcl_get_cq_events(c.ch)
 		if n < 0 {
@@ -310,7 +318,8 @@ func (d *device) CreateCQ(cqe int, ch CompChannel) (CQ, error) {
 	if cq == nil {
 		return nil, callErr("ibv_create_cq", err)
 	}
-	return &complQueue{cq: cq}, nil
+	d.cqs.Add(1)
+	return &complQueue{cq: cq, dev: d}, nil
 }
 
 // Close: ibv_close_device.
@@ -326,6 +335,7 @@ func (d *device) Close() error {
 }
 
 type compChannel struct {
+	dev    *device
 	ch     *C.struct_ibv_comp_channel
 	file   *os.File
 	rc     syscall.RawConn
@@ -375,12 +385,14 @@ func (c *compChannel) Close() error {
 	if rc := C.ibv_destroy_comp_channel(c.ch); rc != 0 {
 		return errnoErr("ibv_destroy_comp_channel", rc)
 	}
+	c.dev.channels.Add(-1)
 	return nil
 }
 
 type complQueue struct {
-	cq *C.struct_ibv_cq
-	mu sync.Mutex // guards buf
+	dev *device
+	cq  *C.struct_ibv_cq
+	mu  sync.Mutex // guards buf
 	// buf receives ibv_poll_cq's entries; struct ibv_wc holds no pointers.
 	buf [16]C.struct_ibv_wc
 }
@@ -436,11 +448,13 @@ func (q *complQueue) Close() error {
 		return errnoErr("ibv_destroy_cq", rc)
 	}
 	q.cq = nil
+	q.dev.cqs.Add(-1)
 	return nil
 }
 
 type protDomain struct {
-	pd *C.struct_ibv_pd
+	pd  *C.struct_ibv_pd
+	dev *device
 }
 
 // RegMR: ibv_reg_mr over the whole mapping.
@@ -454,7 +468,8 @@ func (p *protDomain) RegMR(mem *Mem, access Access) (MR, error) {
 	if mr == nil {
 		return nil, callErr("ibv_reg_mr", err)
 	}
-	return &memRegion{mr: mr, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), addr: uint64(uintptr(mr.addr)), n: len(b)}, nil
+	p.dev.mrs.Add(1)
+	return &memRegion{dev: p.dev, mr: mr, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), addr: uint64(uintptr(mr.addr)), n: len(b)}, nil
 }
 
 // CreateQP: ibv_create_qp, IBV_QPT_RC, sq_sig_all 0. A per-QP C buffer stages inline
@@ -478,7 +493,8 @@ func (p *protDomain) CreateQP(cfg QPConfig) (QP, error) {
 	if qp == nil {
 		return nil, callErr("ibv_create_qp", err)
 	}
-	q := &queuePair{qp: qp, qpn: uint32(qp.qp_num), maxInline: int(ia.cap.max_inline_data)}
+	p.dev.qps.Add(1)
+	q := &queuePair{dev: p.dev, qp: qp, qpn: uint32(qp.qp_num), maxInline: int(ia.cap.max_inline_data)}
 	if q.maxInline > 0 {
 		q.inline = (*byte)(C.malloc(C.size_t(q.maxInline)))
 	}
@@ -494,12 +510,14 @@ func (p *protDomain) Close() error {
 		return errnoErr("ibv_dealloc_pd", rc)
 	}
 	p.pd = nil
+	p.dev.pds.Add(-1)
 	return nil
 }
 
 // memRegion keeps the keys and address ibv_reg_mr returned, so they stay readable
 // after Close.
 type memRegion struct {
+	dev        *device
 	mr         *C.struct_ibv_mr
 	lkey, rkey uint32
 	addr       uint64
@@ -520,10 +538,12 @@ func (m *memRegion) Close() error {
 		return errnoErr("ibv_dereg_mr", rc)
 	}
 	m.mr = nil
+	m.dev.mrs.Add(-1)
 	return nil
 }
 
 type queuePair struct {
+	dev       *device
 	qp        *C.struct_ibv_qp
 	qpn       uint32
 	maxInline int
@@ -662,6 +682,7 @@ func (q *queuePair) Close() error {
 		return errnoErr("ibv_destroy_qp", rc)
 	}
 	q.qp = nil
+	q.dev.qps.Add(-1)
 	if q.inline != nil {
 		C.free(unsafe.Pointer(q.inline))
 		q.inline = nil

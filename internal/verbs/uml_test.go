@@ -123,7 +123,10 @@ func umlOpen(t *testing.T) *umlSide {
 	s := &umlSide{}
 	s.dev, err = System().Open("rxe0")
 	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, s.dev.Close()) })
+	t.Cleanup(func() {
+		assert.Equal(t, Counts{}, s.dev.Live(), "everything made from the device was released")
+		assert.NoError(t, s.dev.Close())
+	})
 	s.port, err = s.dev.QueryPort(1)
 	require.NoError(t, err)
 	var ok bool

@@ -33,9 +33,17 @@ type Device interface {
 	// CreateCQ creates a completion queue of at least cqe entries whose events go to
 	// ch (ibv_create_cq; smc_ib_setup_per_ibdev's roce_cq_send and roce_cq_recv).
 	CreateCQ(cqe int, ch CompChannel) (CQ, error)
+	// Live counts the objects made from this device and not yet closed, so an owner can
+	// prove it released what it made (a link group's teardown).
+	Live() Counts
 	// Close closes the device context (ibv_close_device). Everything made from it must
 	// be closed first.
 	Close() error
+}
+
+// Counts is how many objects of each kind are open.
+type Counts struct {
+	PDs, MRs, Channels, CQs, QPs int
 }
 
 // PD is a protection domain (struct ibv_pd): memory regions and queue pairs of one PD

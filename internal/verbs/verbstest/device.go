@@ -16,10 +16,17 @@ import (
 type device struct {
 	h      *Host
 	closed bool
-	users  int // PDs, channels and CQs made from it and not closed
+	users  int          // PDs, channels and CQs made from it and not closed
+	live   verbs.Counts // every kind made from it and not closed
 }
 
 func (d *device) Name() string { return d.h.cfg.Device }
+
+func (d *device) Live() verbs.Counts {
+	d.h.fab.mu.Lock()
+	defer d.h.fab.mu.Unlock()
+	return d.live
+}
 
 func (d *device) checkLocked(op string) error {
 	switch {
@@ -57,6 +64,7 @@ func (d *device) AllocPD() (verbs.PD, error) {
 		return nil, err
 	}
 	d.users++
+	d.live.PDs++
 	d.h.live.PDs++
 	return &protDomain{dev: d}, nil
 }
@@ -68,6 +76,7 @@ func (d *device) CreateCompChannel() (verbs.CompChannel, error) {
 		return nil, err
 	}
 	d.users++
+	d.live.Channels++
 	d.h.live.Channels++
 	return &compChannel{dev: d, wake: make(chan struct{}, 1)}, nil
 }
@@ -87,6 +96,7 @@ func (d *device) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
 	}
 	d.users++
 	c.users++
+	d.live.CQs++
 	d.h.live.CQs++
 	return &complQueue{dev: d, ch: c, size: cqe}, nil
 }
@@ -144,6 +154,7 @@ func (p *protDomain) RegMR(mem *verbs.Mem, access verbs.Access) (verbs.MR, error
 	m := &memRegion{pd: p, mem: mem, key: key, addr: mem.Addr(), n: len(b), access: access}
 	h.mrs[key] = m
 	p.users++
+	p.dev.live.MRs++
 	h.live.MRs++
 	return m, nil
 }
@@ -171,6 +182,7 @@ func (p *protDomain) CreateQP(cfg verbs.QPConfig) (verbs.QP, error) {
 	p.users++
 	scq.users++
 	rcq.users++
+	p.dev.live.QPs++
 	h.live.QPs++
 	return q, nil
 }
@@ -188,6 +200,7 @@ func (p *protDomain) Close() error {
 	}
 	p.closed = true
 	p.dev.users--
+	p.dev.live.PDs--
 	h.live.PDs--
 	return nil
 }
@@ -225,6 +238,7 @@ func (m *memRegion) Close() error {
 	m.closed = true
 	delete(h.mrs, m.key)
 	m.pd.users--
+	m.pd.dev.live.MRs--
 	h.live.MRs--
 	return nil
 }
@@ -339,6 +353,7 @@ func (c *compChannel) Close() error {
 		c.timer.Stop()
 	}
 	c.dev.users--
+	c.dev.live.Channels--
 	h.live.Channels--
 	c.signal()
 	return nil
@@ -416,6 +431,7 @@ func (q *complQueue) Close() error {
 	q.entries = nil
 	q.ch.users--
 	q.dev.users--
+	q.dev.live.CQs--
 	h.live.CQs--
 	return nil
 }

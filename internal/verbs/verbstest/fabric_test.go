@@ -426,6 +426,7 @@ func TestCloseOrder(t *testing.T) {
 	assert.ErrorIs(t, a.ch.Close(), syscall.EBUSY)
 	assert.ErrorIs(t, a.dev.Close(), syscall.EBUSY)
 	assert.Equal(t, Counts{Devices: 1, PDs: 1, MRs: 1, Channels: 1, CQs: 2, QPs: 1}, a.h.Live())
+	assert.Equal(t, verbs.Counts{PDs: 1, MRs: 1, Channels: 1, CQs: 2, QPs: 1}, a.dev.Live())
 }
 
 func TestCQOverflow(t *testing.T) {

@@ -73,6 +73,7 @@ func (e *end) close(t testing.TB) {
 	require.NoError(t, e.rcq.Close())
 	require.NoError(t, e.ch.Close())
 	require.NoError(t, e.pd.Close())
+	require.Equal(t, verbs.Counts{}, e.dev.Live())
 	require.NoError(t, e.dev.Close())
 	require.NoError(t, e.mem.Close())
 	require.Equal(t, Counts{}, e.h.Live())

@@ -252,6 +252,7 @@ func (q *queuePair) Close() error {
 	q.pd.users--
 	q.scq.users--
 	q.rcq.users--
+	q.pd.dev.live.QPs--
 	h.live.QPs--
 	return nil
 }
