@@ -280,6 +280,7 @@ func umlInside(t *testing.T) {
 		for _, want := range []WC{{ID: 1, Opcode: WCRDMAWrite, QPN: s.qp.QPN()}, {ID: 2, Opcode: WCSend, QPN: s.qp.QPN()}} {
 			wc := s.next(t, s.scq)
 			require.NoError(t, wc.Err())
+			wc.ByteLen = 0 // defined for receives only (rxe fills it in for sends too)
 			assert.Equal(t, want, wc)
 		}
 		t.Logf("client: setup %v; 1 MiB RDMA WRITE and 44-byte SEND completed in %v", setup.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))

@@ -533,7 +533,7 @@ type WC struct {
 	Status    WCStatus
 	Opcode    WCOpcode
 	VendorErr uint32
-	ByteLen   uint32 // bytes received, for WCRecv
+	ByteLen   uint32 // bytes received, for WCRecv (some devices, rxe among them, fill it for sends too)
 	QPN       uint32
 }
 
