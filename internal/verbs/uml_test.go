@@ -47,6 +47,8 @@ type umlLinkInfo struct {
 	GID  GID
 	QPN  uint32
 	PSN  uint32
+	QPN2 uint32 // the second queue pair's, for the bad-rkey case
+	PSN2 uint32
 	RKey uint32
 	Addr uint64
 	Sum  [32]byte // the client's: SHA-256 of what it writes
@@ -71,11 +73,17 @@ func TestVerbsInUML(t *testing.T) {
 	outDir := filepath.Join(work, "out")
 	start = time.Now()
 	run := exec.Command(runSh, "-q", "-n", "2", "-t", "240", "-o", outDir, "--", bin, "-test.run", "^TestVerbsInUML$", "-test.v", "-test.count=1")
-	var stderr bytes.Buffer
-	run.Stderr = &stderr
+	// run.sh's stderr is a file, not a pipe: a descendant of the instances that keeps
+	// the descriptor open must not hold the test after run.sh has exited.
+	stderrPath := filepath.Join(work, "run.sh.stderr")
+	stderr, err := os.Create(stderrPath)
+	require.NoError(t, err)
+	run.Stderr = stderr
 	err = run.Run()
+	require.NoError(t, stderr.Close())
 	t.Logf("built in %v; two instances booted, ran and powered off in %v", built.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	t.Logf("run.sh: %s", stderr.Bytes())
+	said, _ := os.ReadFile(stderrPath)
+	t.Logf("run.sh: %s", said)
 	for i, role := range []string{"server", "client"} {
 		dir := filepath.Join(outDir, fmt.Sprint(i+1))
 		console, _ := os.ReadFile(filepath.Join(dir, "console"))
@@ -110,7 +118,7 @@ type umlSide struct {
 	pd       PD
 	ch       CompChannel
 	scq, rcq CQ
-	qp       QP
+	qp, qp2  QP
 	mem      *Mem
 	mr       MR
 }
@@ -157,6 +165,9 @@ func umlOpen(t *testing.T) *umlSide {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, s.qp.Close()) })
 	require.GreaterOrEqual(t, s.qp.MaxInline(), umlMsgSize)
+	s.qp2, err = s.pd.CreateQP(QPConfig{SendCQ: s.scq, RecvCQ: s.rcq, Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.qp2.Close()) })
 	s.mem, err = NewMem(umlWriteSize + 4096)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, s.mem.Close()) })
@@ -171,17 +182,22 @@ func umlOpen(t *testing.T) *umlSide {
 // connect walks the queue pair to RTS towards the peer (smc_ib_ready_link), with a short
 // transport timeout (2^14 × 4.096 µs, about 67 ms, 3 retries), so the error case ends
 // fast.
-func (s *umlSide) connect(t *testing.T, psn uint32, peer umlLinkInfo) {
-	require.NoError(t, s.qp.Init(InitAttr{Port: 1, Access: AccessLocalWrite | AccessRemoteWrite}))
-	st, err := s.qp.State()
-	require.NoError(t, err)
-	assert.Equal(t, QPInit, st)
-	require.NoError(t, s.qp.ReadyToReceive(RTRAttr{Port: 1, PathMTU: min(s.port.ActiveMTU, MTU1024), DestQPN: peer.QPN, RQPSN: peer.PSN,
-		DestGID: peer.GID, SGIDIndex: uint8(s.gid.Index), HopLimit: 1}))
-	require.NoError(t, s.qp.ReadyToSend(RTSAttr{SQPSN: psn, Timeout: 14, RetryCnt: 3, RNRRetry: RNRRetryInfinite, MaxRdAtomic: 1}))
-	st, err = s.qp.State()
-	require.NoError(t, err)
-	assert.Equal(t, QPRTS, st)
+func (s *umlSide) connect(t *testing.T, mine, peer umlLinkInfo) {
+	for _, c := range []struct {
+		qp                    QP
+		psn, peerQPN, peerPSN uint32
+	}{{s.qp, mine.PSN, peer.QPN, peer.PSN}, {s.qp2, mine.PSN2, peer.QPN2, peer.PSN2}} {
+		require.NoError(t, c.qp.Init(InitAttr{Port: 1, Access: AccessLocalWrite | AccessRemoteWrite}))
+		st, err := c.qp.State()
+		require.NoError(t, err)
+		assert.Equal(t, QPInit, st)
+		require.NoError(t, c.qp.ReadyToReceive(RTRAttr{Port: 1, PathMTU: min(s.port.ActiveMTU, MTU1024), DestQPN: c.peerQPN, RQPSN: c.peerPSN,
+			DestGID: peer.GID, SGIDIndex: uint8(s.gid.Index), HopLimit: 1}))
+		require.NoError(t, c.qp.ReadyToSend(RTSAttr{SQPSN: c.psn, Timeout: 14, RetryCnt: 3, RNRRetry: RNRRetryInfinite, MaxRdAtomic: 1}))
+		st, err = c.qp.State()
+		require.NoError(t, err)
+		assert.Equal(t, QPRTS, st)
+	}
 }
 
 // next waits for the next completion of cq (arming, polling, then waiting on the
@@ -205,8 +221,8 @@ func umlInside(t *testing.T) {
 	require.NotEmpty(t, peerAddr, "two instances")
 	begin := time.Now()
 	s := umlOpen(t)
-	psn := rand.Uint32() & PSNMask
-	mine := umlLinkInfo{GID: s.gid.GID, QPN: s.qp.QPN(), PSN: psn, RKey: s.mr.RKey(), Addr: s.mr.Addr()}
+	mine := umlLinkInfo{GID: s.gid.GID, QPN: s.qp.QPN(), PSN: rand.Uint32() & PSNMask, QPN2: s.qp2.QPN(), PSN2: rand.Uint32() & PSNMask,
+		RKey: s.mr.RKey(), Addr: s.mr.Addr()}
 
 	var c net.Conn
 	var err error
@@ -230,10 +246,11 @@ func umlInside(t *testing.T) {
 		var peer umlLinkInfo
 		require.NoError(t, dec.Decode(&peer))
 		require.NoError(t, enc.Encode(mine))
-		s.connect(t, psn, peer)
+		s.connect(t, mine, peer)
 		// The receive for the CDC-sized SEND goes in before the peer hears "ready".
 		recvAt := s.mr.Addr() + umlWriteSize
 		require.NoError(t, s.qp.PostRecv(&RecvWR{ID: 100, SGE: []SGE{{Addr: recvAt, Length: 64, LKey: s.mr.LKey()}}}))
+		require.NoError(t, s.qp2.PostRecv(&RecvWR{ID: 200, SGE: []SGE{{Addr: recvAt + 64, Length: 64, LKey: s.mr.LKey()}}}))
 		require.NoError(t, enc.Encode(umlLinkInfo{})) // ready
 		setup := time.Since(begin)
 
@@ -259,11 +276,21 @@ func umlInside(t *testing.T) {
 		assert.ErrorIs(t, wc.Err(), ErrFlushed)
 		require.NoError(t, enc.Encode(umlLinkInfo{})) // in Err now
 		require.NoError(t, dec.Decode(&sums))         // the client saw its SEND fail
+
+		// A WRITE with a bad rkey to the second queue pair: the responder goes to Err
+		// too (rxe's do_class_ac_error), flushing its receive.
+		require.NoError(t, dec.Decode(&sums))
+		wc = s.next(t, s.rcq)
+		assert.Equal(t, uint64(200), wc.ID)
+		assert.ErrorIs(t, wc.Err(), ErrFlushed)
+		st, err = s.qp2.State()
+		require.NoError(t, err)
+		assert.Equal(t, QPErr, st, "a remote access violation moves the responder to Err")
 	} else {
 		require.NoError(t, enc.Encode(mine))
 		var peer umlLinkInfo
 		require.NoError(t, dec.Decode(&peer))
-		s.connect(t, psn, peer)
+		s.connect(t, mine, peer)
 		var ready umlLinkInfo
 		require.NoError(t, dec.Decode(&ready))
 		setup := time.Since(begin)
@@ -299,6 +326,18 @@ func umlInside(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, QPErr, st)
 		t.Logf("client: the SEND to the failed queue pair completed with %q after %v", wc.Status, time.Since(start).Round(time.Millisecond))
+		require.NoError(t, enc.Encode(umlLinkInfo{}))
+
+		start = time.Now()
+		require.NoError(t, s.qp2.PostSend(&SendWR{ID: 4, Opcode: OpRDMAWrite, Flags: FlagSignaled,
+			SGE: []SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}, RemoteAddr: peer.Addr, RKey: peer.RKey ^ 0xffff0000}))
+		wc = s.next(t, s.scq)
+		assert.Equal(t, uint64(4), wc.ID)
+		assert.Equal(t, StatusRemAccessErr, wc.Status, "a WRITE with a bad rkey")
+		st, err = s.qp2.State()
+		require.NoError(t, err)
+		assert.Equal(t, QPErr, st)
+		t.Logf("client: the WRITE with a bad rkey completed with %q after %v", wc.Status, time.Since(start).Round(time.Millisecond))
 		require.NoError(t, enc.Encode(umlLinkInfo{}))
 	}
 }
