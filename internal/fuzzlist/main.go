@@ -23,13 +23,15 @@ var fuzzFunc = regexp.MustCompile(`^func (Fuzz\w+)\(\w+ \*testing\.F\)`)
 // defaultInputs is the smoke budget of a parser target: one to three seconds here.
 const defaultInputs = 100000
 
-// slowInputs are the budgets of targets that run real connections per input, sized for a
-// few seconds each here (about 60, 1,500 and 1,300 inputs a second).
+// slowInputs are the budgets of targets that run real connections (or a whole fake RDMA
+// fabric) per input, sized for a few seconds each here (about 60, 1,500 and 1,300 inputs
+// a second; FuzzFabric about 11,000).
 var slowInputs = map[string]int{
 	"FuzzServerHandshake": 300,
 	"FuzzPeerCDC":         5000,
 	"FuzzAdversarialPeer": 300,
 	"FuzzParseWire":       5000,
+	"FuzzFabric":          20000,
 }
 
 func main() {
