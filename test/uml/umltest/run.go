@@ -148,6 +148,9 @@ func Run(t testing.TB, cfg Config) []Result {
 	var stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(dir, "run.sh"), args...)
 	cmd.Stderr = &stderr
+	// A descendant of the instances that keeps run.sh's stderr open must not hold the test
+	// once run.sh has exited: stop waiting for the pipe a few seconds after it.
+	cmd.WaitDelay = 5 * time.Second
 	start = time.Now()
 	err = cmd.Run()
 	var exit *exec.ExitError
