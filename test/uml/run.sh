@@ -61,6 +61,10 @@ usage() {
 	exit 2
 }
 log() { echo "run.sh: $*" >&2; }
+# The instances mount a fresh tmpfs on /tmp, so a run directory there vanishes inside them.
+case $(mkdir -p "$cache" && cd "$cache" && pwd -P)/ in
+/tmp/*) log "UMLTEST_CACHE=$cache is under /tmp, which the instances replace with an empty tmpfs; set it elsewhere (the default is \$HOME/.cache/smcloop/uml)"; exit 2 ;;
+esac
 
 n= timeout=300 mem=512M outdir= quiet= kernel= cwd=$PWD
 envs=() files=() cmds=()
