@@ -168,6 +168,8 @@ func TestLivenessWatcherNeverWaitsOnPeerDevice(t *testing.T) {
 	honest, honestSrv := pipe(t, Config{BusyPoll: -1}, Config{})
 	defer honest.Close()
 	defer honestSrv.Close()
+	require.True(t, hostile.UsingSMC(), "the hostile peer's connection: %s", hostile.Mode())
+	require.True(t, honest.UsingSMC(), "the honest peer's connection: %s", honest.Mode())
 	stall := newStallingLink(hostile.backend)
 	hostile.backend = stall
 	released := false
