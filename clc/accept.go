@@ -143,17 +143,39 @@ func (m *AcceptConfirm) Append(b []byte) ([]byte, error) {
 	b = append(b, m.EID[:]...)
 	b = binary.BigEndian.AppendUint64(b, m.GIDExt)
 	if m.hasFCE() {
-		f := m.FCE
-		b = append(b, 0, f.OSType<<4|f.Release, 0, 0)
-		b = append(b, f.Hostname[:]...)
-		if f.Release >= Release1 {
-			b = append(b, f.MaxConns, f.MaxLinks)
-			b = binary.BigEndian.AppendUint16(b, f.FeatureMask)
-			b = append(b, f.VendorOpts[:]...)
-			b = append(b, make([]byte, 8)...)
-		}
+		b = m.FCE.append(b, 0, m.FCE.Release >= Release1)
 	}
 	return append(b, EyecatcherD[:]...), nil
+}
+
+// append appends the extension: its 36-byte base (smc_clc_first_contact_ext) with flags
+// as its first byte, and with v2x the 16 bytes of the SMCv2.1 form after it
+// (smc_clc_first_contact_ext_v2x).
+func (f *FirstContactExt) append(b []byte, flags byte, v2x bool) []byte {
+	b = append(b, flags, f.OSType<<4|f.Release, 0, 0)
+	b = append(b, f.Hostname[:]...)
+	if v2x {
+		b = append(b, f.MaxConns, f.MaxLinks)
+		b = binary.BigEndian.AppendUint16(b, f.FeatureMask)
+		b = append(b, f.VendorOpts[:]...)
+		b = append(b, make([]byte, 8)...)
+	}
+	return b
+}
+
+// parseFCE decodes the 36-byte base of a first-contact extension at the start of p
+// (which holds at least FCELen bytes) and returns its flags byte.
+func parseFCE(p []byte) (*FirstContactExt, byte) {
+	f := &FirstContactExt{OSType: p[1] >> 4, Release: p[1] & 0x0f}
+	copy(f.Hostname[:], p[4:FCELen])
+	return f, p[0]
+}
+
+// parseV2x decodes the SMCv2.1 fields that follow the base (p holds at least 8 bytes).
+func (f *FirstContactExt) parseV2x(p []byte) {
+	f.MaxConns, f.MaxLinks = p[0], p[1]
+	f.FeatureMask = binary.BigEndian.Uint16(p[2:4])
+	copy(f.VendorOpts[:], p[4:8])
 }
 
 // ParseAcceptConfirm decodes a complete Accept or Confirm. Like
@@ -205,17 +227,12 @@ func ParseAcceptConfirm(msg []byte) (*AcceptConfirm, error) {
 	if body < fceOffset+FCELen {
 		return nil, fieldErr(t, "length", len(msg), ">= 114 (v2 first contact)")
 	}
-	f := &FirstContactExt{OSType: msg[fceOffset+1] >> 4, Release: msg[fceOffset+1] & 0x0f}
-	copy(f.Hostname[:], msg[fceOffset+4:fceOffset+FCELen])
+	f, _ := parseFCE(msg[fceOffset:])
 	if f.Release >= Release1 {
 		if body < fceOffset+FCEV2xLen {
 			return nil, fieldErr(t, "length", len(msg), ">= 130 (v2.1 first contact)")
 		}
-		x := fceOffset + FCELen
-		f.MaxConns = msg[x]
-		f.MaxLinks = msg[x+1]
-		f.FeatureMask = binary.BigEndian.Uint16(msg[x+2 : x+4])
-		copy(f.VendorOpts[:], msg[x+4:x+8])
+		f.parseV2x(msg[fceOffset+FCELen:])
 	}
 	m.FCE = f
 	return m, nil

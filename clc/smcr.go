@@ -157,17 +157,11 @@ func (m *AcceptConfirmR) Append(b []byte) ([]byte, error) {
 	b = append(b, m.EID[:]...)
 	b = append(b, make([]byte, 8)...)
 	if m.hasFCE() {
-		f := m.FCE
 		var direct byte
 		if m.V2Direct {
 			direct = 0x80
 		}
-		b = append(b, direct, f.OSType<<4|f.Release, 0, 0)
-		b = append(b, f.Hostname[:]...)
-		b = append(b, f.MaxConns, f.MaxLinks)
-		b = binary.BigEndian.AppendUint16(b, f.FeatureMask)
-		b = append(b, f.VendorOpts[:]...)
-		b = append(b, make([]byte, 8)...)
+		b = m.FCE.append(b, direct, true)
 	}
 	if m.hasGIDList() {
 		b = append(b, uint8(len(m.GIDList)), 0, 0, 0)
@@ -244,9 +238,8 @@ func (m *AcceptConfirmR) parseFCE(msg []byte) error {
 	if body < x+FCELen {
 		return fieldErr(t, "length", len(msg), ">= 144 (SMC-R v2 first contact)")
 	}
-	f := &FirstContactExt{OSType: msg[x+1] >> 4, Release: msg[x+1] & 0x0f}
-	copy(f.Hostname[:], msg[x+4:x+FCELen])
-	m.V2Direct = msg[x]&0x80 != 0
+	f, flags := parseFCE(msg[x:])
+	m.V2Direct = flags&0x80 != 0
 	m.FCE = f
 	if body < x+FCERLen {
 		if t == TypeAccept && f.Release == Release0 {
@@ -254,10 +247,7 @@ func (m *AcceptConfirmR) parseFCE(msg []byte) error {
 		}
 		return fieldErr(t, "length", len(msg), ">= 160 (SMC-R v2 first contact)")
 	}
-	f.MaxConns = msg[x+36]
-	f.MaxLinks = msg[x+37]
-	f.FeatureMask = binary.BigEndian.Uint16(msg[x+38 : x+40])
-	copy(f.VendorOpts[:], msg[x+40:x+44])
+	f.parseV2x(msg[x+FCELen:])
 	if t != TypeConfirm {
 		return nil
 	}
