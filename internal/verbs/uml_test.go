@@ -9,19 +9,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/smcloop/smcloop/test/uml/umltest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/smcloop/smcloop/internal/backoff"
 )
 
 // The real binding on soft-RoCE: TestVerbsInUML re-runs itself, built with the rdma tag,
@@ -31,9 +24,8 @@ import (
 // the server moves its queue pair to Err (its receive flushes) and the client's next
 // SEND runs out of transport retries.
 //
-// On the host it is skipped unless run.sh and a built UML kernel are found: run.sh at
-// test/uml/run.sh of this repository, or where UMLTEST_RUNSH names it (the variable does
-// not start with SMCLOOP_, which smcloop's Dial refuses when unknown).
+// On the host it runs through umltest.Run, which skips it when no UML kernel is built
+// (make uml-kernel).
 
 const (
 	umlWriteSize = 1 << 20
@@ -55,59 +47,11 @@ type umlLinkInfo struct {
 }
 
 func TestVerbsInUML(t *testing.T) {
-	if os.Getenv("UMLTEST") == "1" {
+	if umltest.Enabled() {
 		umlInside(t)
 		return
 	}
-	runSh := umlRunSh(t)
-	if out, err := exec.Command(filepath.Join(filepath.Dir(runSh), "build-kernel.sh"), "--cached").Output(); err != nil || len(bytes.TrimSpace(out)) == 0 {
-		t.Skipf("no UML kernel built (make uml-kernel): %v", err)
-	}
-	work := t.TempDir()
-	bin := filepath.Join(work, "verbs.test")
-	start := time.Now()
-	build := exec.Command("go", "test", "-c", "-tags", "rdma", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go test -c -tags rdma: %s", out)
-	built := time.Since(start)
-	outDir := filepath.Join(work, "out")
-	start = time.Now()
-	run := exec.Command(runSh, "-q", "-n", "2", "-t", "240", "-o", outDir, "--", bin, "-test.run", "^TestVerbsInUML$", "-test.v", "-test.count=1")
-	// run.sh's stderr is a file, not a pipe: a descendant of the instances that keeps
-	// the descriptor open must not hold the test after run.sh has exited.
-	stderrPath := filepath.Join(work, "run.sh.stderr")
-	stderr, err := os.Create(stderrPath)
-	require.NoError(t, err)
-	run.Stderr = stderr
-	err = run.Run()
-	require.NoError(t, stderr.Close())
-	t.Logf("built in %v; two instances booted, ran and powered off in %v", built.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	said, _ := os.ReadFile(stderrPath)
-	t.Logf("run.sh: %s", said)
-	for i, role := range []string{"server", "client"} {
-		dir := filepath.Join(outDir, fmt.Sprint(i+1))
-		console, _ := os.ReadFile(filepath.Join(dir, "console"))
-		t.Logf("%s console:\n%s", role, bytes.ReplaceAll(console, []byte("\r\n"), []byte("\n")))
-		status, _ := os.ReadFile(filepath.Join(dir, "status"))
-		assert.Equal(t, "0", strings.TrimSpace(string(status)), "%s: exit status (empty: it never finished)", role)
-	}
-	require.NoError(t, err, "run.sh")
-}
-
-// umlRunSh finds run.sh or skips.
-func umlRunSh(t *testing.T) string {
-	if runtime.GOOS != "linux" {
-		t.Skip("User-Mode Linux runs on Linux only")
-	}
-	if p := os.Getenv("UMLTEST_RUNSH"); p != "" {
-		return p
-	}
-	p, err := filepath.Abs(filepath.Join("..", "..", "test", "uml", "run.sh"))
-	require.NoError(t, err)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no test/uml/run.sh in this repository and UMLTEST_RUNSH unset: %v", err)
-	}
-	return p
+	umltest.Run(t, umltest.Config{Instances: 2, Tags: []string{"rdma"}, Timeout: 240 * time.Second})
 }
 
 // umlSide is one instance's link: every object SMC-R's link setup makes.
@@ -217,16 +161,17 @@ func (s *umlSide) next(t *testing.T, cq CQ) WC {
 }
 
 func umlInside(t *testing.T) {
-	role, peerAddr := os.Getenv("UMLTEST_ROLE"), os.Getenv("UMLTEST_PEER")
-	require.NotEmpty(t, peerAddr, "two instances")
+	env, err := umltest.Current()
+	require.NoError(t, err)
+	require.Equal(t, 2, env.Instances, "two instances")
+	role := env.Role
 	begin := time.Now()
 	s := umlOpen(t)
 	mine := umlLinkInfo{GID: s.gid.GID, QPN: s.qp.QPN(), PSN: rand.Uint32() & PSNMask, QPN2: s.qp2.QPN(), PSN2: rand.Uint32() & PSNMask,
 		RKey: s.mr.RKey(), Addr: s.mr.Addr()}
 
 	var c net.Conn
-	var err error
-	if role == "server" {
+	if role == umltest.RoleServer {
 		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", umlPort))
 		require.NoError(t, err)
 		c, err = ln.Accept()
@@ -235,7 +180,7 @@ func umlInside(t *testing.T) {
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		c, err = umlDial(ctx, net.JoinHostPort(peerAddr, fmt.Sprint(umlPort)))
+		c, err = env.DialPeer(ctx, umlPort)
 		require.NoError(t, err)
 	}
 	defer c.Close()
@@ -339,23 +284,5 @@ func umlInside(t *testing.T) {
 		assert.Equal(t, QPErr, st)
 		t.Logf("client: the WRITE with a bad rkey completed with %q after %v", wc.Status, time.Since(start).Round(time.Millisecond))
 		require.NoError(t, enc.Encode(umlLinkInfo{}))
-	}
-}
-
-// umlDial connects to the server, retrying while its listener is not up yet.
-func umlDial(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
-	var b backoff.Backoff
-	for {
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return c, nil
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EHOSTUNREACH) && !errors.Is(err, syscall.ENETUNREACH) {
-			return nil, err
-		}
-		if !b.Wait(ctx.Done()) {
-			return nil, fmt.Errorf("dial %s: %w (last error: %v)", addr, ctx.Err(), err)
-		}
 	}
 }
