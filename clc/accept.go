@@ -190,16 +190,8 @@ func ParseAcceptConfirm(msg []byte) (*AcceptConfirm, error) {
 		return nil, err
 	}
 	t := h.Type
-	switch h.TypeV1 {
-	case PathD:
-	case PathR:
-		if (h.Version == V1 && len(msg) != SMCRAcceptConfirmLenV1) ||
-			(h.Version >= V2 && len(msg) < SMCRAcceptConfirmLenV2) {
-			return nil, fieldErr(t, "length", len(msg), "68 (SMC-R v1) or >= 108 (SMC-R v2)")
-		}
-		return nil, &modeError{t: t, path: PathR}
-	default:
-		return nil, fieldErr(t, "typev1", h.TypeV1, "R or D")
+	if err := acceptPath(h, len(msg), PathD); err != nil {
+		return nil, err
 	}
 	m := &AcceptConfirm{Type: t, Version: h.Version, FirstContact: h.Flag()}
 	if h.Version == V1 {
@@ -236,6 +228,30 @@ func ParseAcceptConfirm(msg []byte) (*AcceptConfirm, error) {
 	}
 	m.FCE = f
 	return m, nil
+}
+
+// acceptPath checks that an Accept or Confirm of n bytes with header h has the layout
+// want: it is nil for want, a *modeError for a well-formed message of the other layout
+// (SMC-D or SMC-R, each at its own lengths, as smc_clc_msg_acc_conf_valid checks them),
+// and a *FieldError otherwise.
+func acceptPath(h Header, n int, want Path) error {
+	t := h.Type
+	var v1, v2 int
+	var lens string
+	switch h.TypeV1 {
+	case want:
+		return nil
+	case PathD:
+		v1, v2, lens = AcceptConfirmLenV1, AcceptConfirmLenV2, "48 (SMC-D v1) or >= 78 (SMC-D v2)"
+	case PathR:
+		v1, v2, lens = SMCRAcceptConfirmLenV1, SMCRAcceptConfirmLenV2, "68 (SMC-R v1) or >= 108 (SMC-R v2)"
+	default:
+		return fieldErr(t, "typev1", h.TypeV1, "R or D")
+	}
+	if (h.Version == V1 && n != v1) || (h.Version >= V2 && n < v2) {
+		return fieldErr(t, "length", n, lens)
+	}
+	return &modeError{t: t, path: h.TypeV1}
 }
 
 // modeError reports a well-formed Accept or Confirm of a layout the parser

@@ -187,16 +187,8 @@ func ParseAcceptConfirmR(msg []byte) (*AcceptConfirmR, error) {
 		return nil, err
 	}
 	t := h.Type
-	switch h.TypeV1 {
-	case PathR:
-	case PathD:
-		if (h.Version == V1 && len(msg) != AcceptConfirmLenV1) ||
-			(h.Version >= V2 && len(msg) < AcceptConfirmLenV2) {
-			return nil, fieldErr(t, "length", len(msg), "48 (SMC-D v1) or >= 78 (SMC-D v2)")
-		}
-		return nil, &modeError{t: t, path: PathD}
-	default:
-		return nil, fieldErr(t, "typev1", h.TypeV1, "R or D")
+	if err := acceptPath(h, len(msg), PathR); err != nil {
+		return nil, err
 	}
 	if h.Version == V1 {
 		if len(msg) != SMCRAcceptConfirmLenV1 {
