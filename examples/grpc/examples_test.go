@@ -188,6 +188,10 @@ func TestStacksbench(t *testing.T) {
 		if strings.HasPrefix(r.Workload, "grpc-unary") {
 			keys = append(keys, "p50_us", "p99_us")
 		}
+		if r.Workload == "http-get-1MiB-1conn" {
+			// One connection: the request split into phases, and the memory bound.
+			keys = append(keys, "phase_request_us", "phase_response_us", "phase_body_us", "phase_check_us", "mem_copy_us", "mem_compare_us")
+		}
 		if r.Workload == "http-default-transport-8" {
 			keys = []string{"ops_per_s", "conns"}
 		}
@@ -264,7 +268,7 @@ func TestStacksbench(t *testing.T) {
 	}
 
 	// The table: every section, a parsable row per transport, and no errors.
-	sections := []string{"GRPC UNARY 16 B", "GRPC UNARY 4 KiB", "GRPC STREAM 64 KiB", "NET/HTTP GET 1 MiB, 1 CONNECTION", "NET/HTTP GET 1 KiB, 8 CONNECTIONS", "NET/HTTP CONNECTIONS", "SMCLOOP COUNTERS"}
+	sections := []string{"GRPC UNARY 16 B", "GRPC UNARY 4 KiB", "GRPC STREAM 64 KiB", "NET/HTTP GET 1 MiB, 1 CONNECTION", "NET/HTTP GET 1 KiB, 8 CONNECTIONS", "NET/HTTP GET 1 MiB, 1 CONNECTION, PHASES", "NET/HTTP CONNECTIONS", "SMCLOOP COUNTERS"}
 	rest := out
 	for _, s := range sections {
 		i := strings.Index(rest, "\n"+s+"  ")
@@ -281,6 +285,10 @@ func TestStacksbench(t *testing.T) {
 			assert.NoError(t, err, "row %q", m[0])
 		}
 	}
+	// The phases of a 1 MiB GET: a row per transport and the bound, seven figures each.
+	_, phases, _ := strings.Cut(tables, "\nNET/HTTP GET 1 MiB, 1 CONNECTION, PHASES")
+	phaseRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix|bound)(\s+[\d,.]+){6}\s+[\d.]+x\s*$`)
+	assert.Len(t, phaseRow.FindAllString(phases, -1), 4, "the phases' rows:\n%s", phases)
 	// The server-saw column lists every mode it saw: a pool that churns connections may close
 	// one before its handshake, and the listener then takes it as a plain client (PEERNOSMC).
 	probeRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+\d+,\d+\s+[\d.]+\s+[\d.]+x\s+[\d,.]+\s+[\d,.]+\s+[\d,.]+\s+(SMCD|plain)×\d+([ \t]+\S.*×\d+)?[ \t]*$`)

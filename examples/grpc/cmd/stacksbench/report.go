@@ -317,6 +317,10 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 		tw.Flush()
 	}
 
+	for _, w := range wls {
+		r.writePhases(out, w)
+	}
+
 	fmt.Fprintf(out, "\nNET/HTTP CONNECTIONS  http.Transport with http.DefaultTransport's settings (MaxIdleConnsPerHost 2),\n")
 	fmt.Fprintf(out, "  %d goroutines × %d GETs of 1 KiB: connections the client opened, per round\n\n", connProbeWorkers, connProbeRequests)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -406,4 +410,69 @@ func (h handshakes) String() string {
 		s += " (" + strings.Join(parts, " ") + ")"
 	}
 	return s
+}
+
+// phaseKeys are a GET's phases, in order, as the client measures them.
+var phaseKeys = []string{"phase_request_us", "phase_response_us", "phase_body_us", "phase_check_us"}
+
+// writePhases prints the phases of a one-connection GET workload, and the bound they
+// imply: the HTTP stack's two legs as the fastest transport of the run had them, with
+// the body moved by one copy at memory speed and checked at memory speed.
+func (r *Report) writePhases(out io.Writer, w workload) {
+	var rows []*Summary
+	for _, tr := range r.Transports {
+		if s := r.summary(w.name, tr); s != nil {
+			if _, ok := s.Median[phaseKeys[0]]; ok {
+				rows = append(rows, s)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\n%s, PHASES  medians per request, µs: request = from the client's Do to the server handler's\n", w.title)
+	fmt.Fprintf(out, "  start; response = until Do returns with the headers; body = reading the body to its end; check = comparing it\n\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  transport\trequest\tresponse\tbody\tcheck\ttotal\treqs/s\tvs tcp\t\n")
+	total := func(v []float64) float64 {
+		var t float64
+		for _, x := range v {
+			t += x
+		}
+		return t
+	}
+	var tcpTotal float64
+	for _, s := range rows {
+		if s.Transport == "tcp" {
+			tcpTotal = total(phaseValues(s))
+		}
+	}
+	vs := func(t float64) string {
+		if tcpTotal == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", tcpTotal/t)
+	}
+	bound := []float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
+	for _, s := range rows {
+		v := phaseValues(s)
+		bound[0], bound[1] = min(bound[0], v[0]), min(bound[1], v[1])
+		bound[2], bound[3] = min(bound[2], s.Median["mem_copy_us"]), min(bound[3], s.Median["mem_compare_us"])
+		t := total(v)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Transport, num(v[0]), num(v[1]), num(v[2]), num(v[3]), num(t), num(1e6/t), vs(t))
+	}
+	t := total(bound)
+	fmt.Fprintf(tw, "  bound\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", num(bound[0]), num(bound[1]), num(bound[2]), num(bound[3]), num(t), num(1e6/t), vs(t))
+	tw.Flush()
+	fmt.Fprintf(out, "\n  bound: the fastest request and response legs of this run; the body as one copy() into the client's\n")
+	fmt.Fprintf(out, "  buffer of bytes another CPU has just written, the check as one comparison after it (in-process, medians\n")
+	fmt.Fprintf(out, "  of 200): what a transport that cost nothing beyond the copy its reader must make would reach here\n")
+}
+
+func phaseValues(s *Summary) []float64 {
+	v := make([]float64, len(phaseKeys))
+	for i, k := range phaseKeys {
+		v[i] = s.Median[k]
+	}
+	return v
 }

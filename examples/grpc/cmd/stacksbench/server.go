@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -108,6 +109,9 @@ func serveBytes(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("want /bytes?n=0..%d&seq=S", bulk.MaxPattern), http.StatusBadRequest)
 		return
 	}
+	// When the handler started, for the client's per-phase times (wall clock, which
+	// both processes of one host share).
+	w.Header().Set(handlerStartHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
 	w.Header().Set("Content-Length", strconv.Itoa(n))
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Write(bulk.Pattern(seq, n))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
 	"github.com/smcloop/smcloop/examples/grpc/bulk"
@@ -250,15 +252,29 @@ func (p *point) stream(size int) (*Result, error) {
 	})
 }
 
+// handlerStartHeader carries the time the server's handler started, in nanoseconds of
+// the wall clock, so that the client can split a request into phases.
+const handlerStartHeader = "X-Handler-Start"
+
 // getter fetches and checks /bytes bodies.
 type getter struct {
 	client *http.Client
 	base   string
 	size   int
 	buf    []byte
+	// phases, when not nil, collects the phases of every request.
+	phases *phaseLog
+}
+
+// phaseLog holds the phases of a connection's requests, µs each: request (the client's
+// Do until the server's handler started), response (until Do returned with the
+// headers), body (reading the body to its end) and check (comparing it).
+type phaseLog struct {
+	request, response, body, check []float64
 }
 
 func (g *getter) get(ctx context.Context, seq uint64) error {
+	t0 := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.base+"&seq="+strconv.FormatUint(seq, 10), nil)
 	if err != nil {
 		return err
@@ -268,6 +284,7 @@ func (g *getter) get(ctx context.Context, seq uint64) error {
 		return err
 	}
 	defer resp.Body.Close()
+	t1 := time.Now()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %d: %s", seq, resp.Status)
 	}
@@ -280,7 +297,72 @@ func (g *getter) get(ctx context.Context, seq uint64) error {
 	if n, err := resp.Body.Read(g.buf[:1]); n != 0 || !errors.Is(err, io.EOF) {
 		return fmt.Errorf("GET %d: body longer than %d bytes (%v)", seq, g.size, err)
 	}
-	return bulk.CheckPattern(g.buf, seq)
+	t2 := time.Now()
+	if err := bulk.CheckPattern(g.buf, seq); err != nil {
+		return err
+	}
+	if g.phases != nil {
+		t3 := time.Now()
+		start, err := strconv.ParseInt(resp.Header.Get(handlerStartHeader), 10, 64)
+		if err != nil {
+			return fmt.Errorf("GET %d: %s header: %w", seq, handlerStartHeader, err)
+		}
+		h := time.Unix(0, start)
+		p := g.phases
+		p.request = append(p.request, us(h.Sub(t0)))
+		p.response = append(p.response, us(t1.Sub(h)))
+		p.body = append(p.body, us(t2.Sub(t1)))
+		p.check = append(p.check, us(t3.Sub(t2)))
+	}
+	return nil
+}
+
+// memoryBound measures, in this process, what the body and check phases of a size-byte
+// GET cost at least: the body as one copy() into the client's buffer of bytes another
+// CPU has just written (as the server did), the check as one comparison with the
+// pattern right after it; medians of rounds, µs each. With two CPUs or more the writer
+// runs on CPU 1 and the copy on CPU 0; with one, both on it.
+func memoryBound(size int) (copyUS, compareUS float64) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var saved unix.CPUSet
+	pinned := runtime.NumCPU() >= 2 && unix.SchedGetaffinity(0, &saved) == nil && pinTo(0) == nil
+	if pinned {
+		defer unix.SchedSetaffinity(0, &saved)
+	}
+	src, dst, pattern := make([]byte, size), make([]byte, size), bulk.Pattern(1, size)
+	fill, filled := make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if pinned {
+			pinTo(1)
+		}
+		for range fill {
+			copy(src, pattern)
+			filled <- struct{}{}
+		}
+	}()
+	defer close(fill)
+	var cp, cmp []float64
+	for range 200 {
+		fill <- struct{}{}
+		<-filled
+		t0 := time.Now()
+		copy(dst, src)
+		t1 := time.Now()
+		if err := bulk.CheckPattern(dst, 1); err != nil {
+			panic(err) // a copy that does not compare equal: memory is broken
+		}
+		cp, cmp = append(cp, us(t1.Sub(t0))), append(cmp, us(time.Since(t1)))
+	}
+	return median(cp), median(cmp)
+}
+
+// pinTo binds the calling thread to CPU cpu.
+func pinTo(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	return unix.SchedSetaffinity(0, &set)
 }
 
 func (p *point) httpTransport(conns int) *http.Transport {
@@ -303,15 +385,19 @@ func (p *point) httpGet(size, workers int) (*Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.warmup+p.duration+time.Minute)
 	defer cancel()
 	var seq atomic.Uint64
-	return p.measure(func(until time.Time, _ bool) (int64, int64, error) {
+	var phases *phaseLog
+	r, err := p.measure(func(until time.Time, measured bool) (int64, int64, error) {
 		var (
 			wg   sync.WaitGroup
 			ops  atomic.Int64
 			errs = make([]error, workers)
 		)
+		if measured && workers == 1 {
+			phases = &phaseLog{}
+		}
 		for w := range workers {
 			wg.Go(func() {
-				g := &getter{client: client, base: base, size: size, buf: make([]byte, size)}
+				g := &getter{client: client, base: base, size: size, buf: make([]byte, size), phases: phases}
 				for time.Now().Before(until) {
 					if err := g.get(ctx, seq.Add(1)); err != nil {
 						errs[w] = err
@@ -324,6 +410,15 @@ func (p *point) httpGet(size, workers int) (*Result, error) {
 		wg.Wait()
 		return ops.Load(), ops.Load() * int64(size), errors.Join(errs...)
 	})
+	if err != nil || phases == nil {
+		return r, err
+	}
+	r.Metrics["phase_request_us"] = median(phases.request)
+	r.Metrics["phase_response_us"] = median(phases.response)
+	r.Metrics["phase_body_us"] = median(phases.body)
+	r.Metrics["phase_check_us"] = median(phases.check)
+	r.Metrics["mem_copy_us"], r.Metrics["mem_compare_us"] = memoryBound(size)
+	return r, nil
 }
 
 // connProbe runs connProbeWorkers goroutines of connProbeRequests 1 KiB GETs each on an
