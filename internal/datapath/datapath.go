@@ -166,3 +166,12 @@ type Backend interface {
 	// into the local ring. No other call is running or follows.
 	Close(peerDone bool)
 }
+
+// TxPending is implemented by a backend whose publications complete later (SMC-R: a CDC
+// message is a work request until its completion). While TxPending reports true the
+// core's autocorking holds small writes of a peer that has not consumed what it has, as
+// the kernel's smc_tx_should_cork does on smc_cdc_tx_has_pending.
+type TxPending interface {
+	// TxPending reports whether publications are still in flight.
+	TxPending() bool
+}
