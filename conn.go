@@ -125,6 +125,13 @@ func (c *Conn) isSMC() bool { return c.backend != nil }
 // CLC socket tcp (the liveness channel; the handshake's leftover bytes, if any, are in
 // tcp.pending). The ring sizes are b's. It publishes what b must publish first and sets
 // up the send window; the caller aborts the connection if the handshake left bytes.
+// txPending reports whether the backend has publications in flight (datapath.TxPending;
+// false for a backend whose publications are done when they return).
+func (c *Conn) txPending() bool {
+	tp, ok := c.backend.(datapath.TxPending)
+	return ok && tp.TxPending()
+}
+
 func newBackendConn(tcp *countingConn, cfg *settings, b datapath.Backend, server bool) *Conn {
 	b.Start()
 	c := &Conn{

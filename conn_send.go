@@ -359,8 +359,10 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 	// peer counts as behind while it still has several times as much published data to
 	// consume as would be held back: then a held write costs it nothing, while holding
 	// more would leave it idle waiting (autocorkBacklog).
+	// A backend whose publications complete later (SMC-R) also holds while one is in flight
+	// (smc_tx_should_cork's smc_cdc_tx_has_pending).
 	backlog := cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prod)
-	st.peerBehind = backlog > 0 && backlog >= autocorkBacklog*pending
+	st.peerBehind = backlog > 0 && (backlog >= autocorkBacklog*pending || c.txPending())
 	push, why := flushDecision(st)
 	switch why {
 	case pushSplit:

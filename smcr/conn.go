@@ -393,3 +393,6 @@ func (c *Conn) Close(peerDone bool) {
 	c.rx.close()
 	c.wx.close()
 }
+
+// Group is the link group the connection belongs to.
+func (c *Conn) Group() *LinkGroup { return c.g }

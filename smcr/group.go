@@ -149,6 +149,7 @@ type LinkGroup struct {
 	llcMu    sync.Mutex    // one local LLC flow at a time (smc_llc_flow)
 	started  atomic.Bool
 	stopping atomic.Bool
+	syncReq  chan chan struct{} // Sync's requests
 
 	mu        sync.Mutex
 	peer      LinkInfo
@@ -189,6 +190,7 @@ func (d *Device) NewLinkGroup(cfg GroupConfig) (g *LinkGroup, err error) {
 	g = &LinkGroup{
 		dev: d, cfg: cfg, key: cfg.Key,
 		slots: make(chan int, SendSlots), downCh: make(chan struct{}), done: make(chan struct{}),
+		syncReq: make(chan chan struct{}, 16),
 		conns: make(map[uint32]*Conn), peerRKeys: make(map[uint32]uint64), waiters: make(map[waitKey]chan any),
 		wcs: make([]verbs.WC, 16),
 	}
@@ -445,7 +447,11 @@ func (g *LinkGroup) writeRDMA(laddr uint64, lkey uint32, raddr uint64, rkey uint
 // goes down and then releases the link's verbs objects.
 func (g *LinkGroup) run() {
 	defer g.teardown()
+	var syncs []chan struct{}
 	for {
+		for len(g.syncReq) > 0 { // requests made before this poll: answered after it
+			syncs = append(syncs, <-g.syncReq)
+		}
 		if err := g.scq.ReqNotify(false); err != nil {
 			g.fail(&LinkError{Reason: DelLostPath, What: "arm send CQ", Err: err})
 			return
@@ -456,6 +462,10 @@ func (g *LinkGroup) run() {
 		}
 		g.pollSend()
 		g.pollRecv()
+		for _, ack := range syncs {
+			close(ack)
+		}
+		syncs = syncs[:0]
 		if g.stopping.Load() {
 			return
 		}
@@ -466,6 +476,9 @@ func (g *LinkGroup) run() {
 		if g.stopping.Load() { // a stop that came before the deadline above
 			return
 		}
+		if len(g.syncReq) > 0 { // so did a Sync
+			continue
+		}
 		err := g.ch.Wait()
 		switch {
 		case err == nil:
@@ -475,6 +488,30 @@ func (g *LinkGroup) run() {
 			g.fail(&LinkError{Reason: DelLostPath, What: "completion channel", Err: err})
 			return
 		}
+	}
+}
+
+// Sync waits until the group's goroutine has handled every completion that was queued
+// when Sync was called. On a fabric that receives a SEND when it is posted (package
+// verbstest), every message the peer sent before the call is then delivered: a test
+// can read the peer's cursors as SMC-D shows them, at once. It fails with the link's
+// error once the link is down.
+func (g *LinkGroup) Sync() error {
+	if !g.started.Load() {
+		return nil
+	}
+	ack := make(chan struct{})
+	select {
+	case g.syncReq <- ack:
+	case <-g.done:
+		return g.Err()
+	}
+	_ = g.ch.SetDeadline(time.Now()) // wake the goroutine
+	select {
+	case <-ack:
+		return nil
+	case <-g.done:
+		return g.Err()
 	}
 }
 

@@ -1,0 +1,161 @@
+package smcloop
+
+import (
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
+
+	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
+	"github.com/smcloop/smcloop/internal/verbs"
+	"github.com/smcloop/smcloop/internal/verbs/verbstest"
+	"github.com/smcloop/smcloop/smcr"
+)
+
+// smcrPipe connects two connections through SMC-R on a fake RDMA fabric: two hosts, a
+// link group on each, the link set up as the handshake would (queue pair numbers, PSNs,
+// GIDs exchanged directly, then CONFIRM_LINK), one connection on each with receive
+// buffers of the configurations' RMem (rounded up to an RMBE size), and a net.Pipe as
+// the liveness channel. The cleanup closes whatever the test left open and checks that
+// every verbs object was released.
+func smcrPipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
+	t.Helper()
+	client, server, _ = smcrPair(t, dcfg, lcfg)
+	return client, server
+}
+
+// smcrEnv is what smcrPair built, for fault injection.
+type smcrEnv struct {
+	hc, hs *verbstest.Host
+	gc, gs *smcr.LinkGroup
+}
+
+// smcrPair is smcrPipe returning the fabric's hosts and link groups too.
+func smcrPair(t testing.TB, dcfg, lcfg Config) (client, server *Conn, env *smcrEnv) {
+	t.Helper()
+	return smcrPairWith(t, dcfg, lcfg, true)
+}
+
+// smcrPairWith is smcrPair with the backend settled (see settled) or plain.
+func smcrPairWith(t testing.TB, dcfg, lcfg Config, settle bool) (client, server *Conn, env *smcrEnv) {
+	t.Helper()
+	ds, err := dcfg.resolve()
+	require.NoError(t, err)
+	ls, err := lcfg.resolve()
+	require.NoError(t, err)
+	f := verbstest.NewFabric()
+	hc, err := f.NewHost(verbstest.HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 1)})
+	require.NoError(t, err)
+	hs, err := f.NewHost(verbstest.HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 2)})
+	require.NoError(t, err)
+	dc, err := smcr.OpenDevice(hc, "")
+	require.NoError(t, err)
+	dsv, err := smcr.OpenDevice(hs, "")
+	require.NoError(t, err)
+	gc, err := dc.NewLinkGroup(smcr.GroupConfig{Role: smcr.Client, Key: smcr.GroupKey{PeerGID: dsv.GID()}})
+	require.NoError(t, err)
+	gs, err := dsv.NewLinkGroup(smcr.GroupConfig{Role: smcr.Server, Key: smcr.GroupKey{PeerGID: dc.GID()}})
+	require.NoError(t, err)
+	require.NoError(t, gc.Connect(gs.Local()))
+	require.NoError(t, gs.Connect(gc.Local()))
+	confirmed := make(chan error, 1)
+	go func() { confirmed <- gc.AwaitConfirmLink() }()
+	require.NoError(t, gs.ConfirmLink())
+	require.NoError(t, <-confirmed)
+
+	sc, err := gs.NewConn(smcr.ConnConfig{RMBSize: ls.rmem, FirstContact: true})
+	require.NoError(t, err)
+	cc, err := gc.NewConn(smcr.ConnConfig{RMBSize: ds.rmem, FirstContact: true})
+	require.NoError(t, err)
+	require.NoError(t, cc.Connect(smcrBuffer(sc)))
+	require.NoError(t, sc.Connect(smcrBuffer(cc)))
+
+	a, b := net.Pipe()
+	var cb, sb datapath.Backend = cc, sc
+	if settle {
+		cb, sb = settled{cc}, settled{sc}
+	}
+	client = newBackendConn(&countingConn{Conn: a}, ds, cb, false)
+	server = newBackendConn(&countingConn{Conn: b}, ls, sb, true)
+	t.Cleanup(func() {
+		client.Close()
+		server.Close()
+		gc.Close()
+		gs.Close()
+		assert.Equal(t, verbs.Counts{}, dc.Live(), "client verbs objects left")
+		assert.Equal(t, verbs.Counts{}, dsv.Live(), "server verbs objects left")
+		assert.NoError(t, dc.Close())
+		assert.NoError(t, dsv.Close())
+	})
+	return client, server, &smcrEnv{hc: hc, hs: hs, gc: gc, gs: gs}
+}
+
+// settled is an SMC-R connection whose peer cursors are read after its link group's
+// goroutine handled every completion already queued (LinkGroup.Sync): on the fake fabric
+// a publication is then visible to the peer when PushProd returns, as on SMC-D, and the
+// core's semantics tests compare like with like. TestNettestSMCRFake runs the plain,
+// asynchronous backend.
+type settled struct{ *smcr.Conn }
+
+func (s settled) PeerProd() cdc.Cursor {
+	_ = s.Group().Sync()
+	return s.Conn.PeerProd()
+}
+
+func (s settled) PeerCons() datapath.Cons {
+	_ = s.Group().Sync()
+	return s.Conn.PeerCons()
+}
+
+func smcrBuffer(c *smcr.Conn) smcr.PeerBuffer {
+	r := c.RMB()
+	return smcr.PeerBuffer{Token: c.Token(), RKey: r.RKey(), Addr: r.Addr(), Size: r.Size()}
+}
+
+// TestAutocorkTxPending: on SMC-R a small write is also held while the previous CDC
+// message is still a work request (smc_tx_should_cork: smc_cdc_tx_has_pending), where
+// the backlog alone would not hold it; it goes out once the peer catches up.
+func TestAutocorkTxPending(t *testing.T) {
+	a, b, env := smcrPair(t, Config{AutocorkSize: 64 << 10}, Config{})
+	defer a.Close()
+	defer b.Close()
+	first := pattern(100, 1)
+	_, err := a.Write(first)
+	require.NoError(t, err)
+	require.Equal(t, 100, published(b), "a lone message")
+	require.NoError(t, env.gc.Sync()) // its CDC message completed
+	require.False(t, a.txPending())
+
+	require.NoError(t, env.hc.DelayCompletions(env.gc.QPN()))
+	second := pattern(100, 2)
+	_, err = a.Write(second) // a backlog of 100 holds no write of 100; nothing in flight
+	require.NoError(t, err)
+	require.Equal(t, 200, published(b), "pushed: nothing was in flight")
+	assert.Zero(t, a.autocorked.Load())
+	require.True(t, a.txPending(), "its completion is held")
+
+	third := pattern(100, 3)
+	_, err = a.Write(third)
+	require.NoError(t, err)
+	assert.Equal(t, 200, published(b), "held while a CDC message is in flight")
+	assert.EqualValues(t, 1, a.autocorked.Load())
+
+	n, err := env.hc.ReleaseCompletions(env.gc.QPN())
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "the second write's CDC message and the hold's cons_curs_upd_req one")
+	want := append(append(first, second...), third...)
+	assert.Equal(t, want, readN(t, b, len(want)), "the held bytes go out when the peer catches up")
+}
+
+// TestNettestSMCRFake runs x/net's net.Conn conformance on the plain SMC-R backend, whose
+// publications reach the peer asynchronously through its link group's goroutine.
+func TestNettestSMCRFake(t *testing.T) {
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		a, b, _ := smcrPairWith(t, Config{}, Config{RMem: 16 << 10}, false)
+		assert.Equal(t, "SMCR", a.Mode())
+		return a, b, func() { a.Close(); b.Close() }, nil
+	})
+}
