@@ -191,7 +191,7 @@ func (d *Device) NewLinkGroup(cfg GroupConfig) (g *LinkGroup, err error) {
 		dev: d, cfg: cfg, key: cfg.Key,
 		slots: make(chan int, SendSlots), downCh: make(chan struct{}), done: make(chan struct{}),
 		syncReq: make(chan chan struct{}, 16),
-		conns: make(map[uint32]*Conn), peerRKeys: make(map[uint32]uint64), waiters: make(map[waitKey]chan any),
+		conns:   make(map[uint32]*Conn), peerRKeys: make(map[uint32]uint64), waiters: make(map[waitKey]chan any),
 		wcs: make([]verbs.WC, 16),
 	}
 	var rnd [8]byte
