@@ -1,0 +1,183 @@
+package smcloop
+
+import (
+	"crypto/sha256"
+	"io"
+	"math/rand/v2"
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
+
+	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/verbs"
+	"github.com/smcloop/smcloop/internal/verbs/verbstest"
+	"github.com/smcloop/smcloop/smcr"
+)
+
+// fakeRemote makes this process's SMC-R handshakes run on a fake RDMA fabric and treat
+// every peer as one on another host, so that a dialer and a listener of this process
+// negotiate SMC-R over a loopback TCP connection: the dialer's device is host 10.0.0.1
+// of the fabric, the listener's 10.0.0.2. A nil host has no device. It returns the
+// hosts, for fault injection and leak counts.
+func fakeRemote(t *testing.T, client, server bool) (hc, hs *verbstest.Host) {
+	t.Helper()
+	f := verbstest.NewFabric()
+	var err error
+	if client {
+		hc, err = f.NewHost(verbstest.HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 1)})
+		require.NoError(t, err)
+	}
+	if server {
+		hs, err = f.NewHost(verbstest.HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 2)})
+		require.NoError(t, err)
+	}
+	oldProvider, oldRemote := rdmaProvider, peerRemote
+	rdmaProvider = func(r smcr.Role) verbs.Provider {
+		h := hs
+		if r == smcr.Client {
+			h = hc
+		}
+		if h == nil {
+			return noDevices{}
+		}
+		return h
+	}
+	peerRemote = func(net.Conn) bool { return true }
+	resetRDMADevices()
+	t.Cleanup(func() {
+		resetRDMADevices()
+		rdmaProvider, peerRemote = oldProvider, oldRemote
+		if hc != nil {
+			assert.Equal(t, verbstest.Counts{}, hc.Live(), "verbs objects of the dialer's device left")
+		}
+		if hs != nil {
+			assert.Equal(t, verbstest.Counts{}, hs.Live(), "verbs objects of the listener's device left")
+		}
+	})
+	return hc, hs
+}
+
+// noDevices is a verbs provider of a host without RDMA devices.
+type noDevices struct{}
+
+func (noDevices) Devices() ([]string, error) { return nil, nil }
+func (noDevices) Open(string) (verbs.Device, error) {
+	return nil, &verbs.Error{Op: "ibv_open_device", Err: verbs.ErrNoDevice}
+}
+
+// exchangeHashed writes n random bytes each way at once and checks both sides read exactly
+// what the other wrote.
+func exchangeHashed(t *testing.T, a, b net.Conn, n int) {
+	t.Helper()
+	type result struct {
+		sum [32]byte
+		err error
+	}
+	send := func(c net.Conn, seed uint64) [32]byte {
+		data := make([]byte, n)
+		r := rand.New(rand.NewPCG(seed, seed))
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		go func() { _, _ = c.Write(data) }()
+		return sha256.Sum256(data)
+	}
+	recv := func(c net.Conn, ch chan<- result) {
+		h := sha256.New()
+		_, err := io.CopyN(h, c, int64(n))
+		var r result
+		copy(r.sum[:], h.Sum(nil))
+		r.err = err
+		ch <- r
+	}
+	ra, rb := make(chan result, 1), make(chan result, 1)
+	go recv(a, ra)
+	go recv(b, rb)
+	wantB, wantA := send(a, 1), send(b, 2)
+	gotB, gotA := <-rb, <-ra
+	require.NoError(t, gotA.err)
+	require.NoError(t, gotB.err)
+	assert.Equal(t, wantA, gotA.sum, "bytes b wrote, as a read them")
+	assert.Equal(t, wantB, gotB.sum, "bytes a wrote, as b read them")
+}
+
+// TestSMCRHandshakeFake: a dialer and a listener with RDMA devices on either side of a
+// (fake) fabric negotiate SMC-R over the CLC: the first connection starts a link group
+// on both sides (first contact, CONFIRM_LINK), the second joins it with a new RMB
+// (CONFIRM_RKEY), and both move their bytes by RDMA WRITE, none over TCP.
+func TestSMCRHandshakeFake(t *testing.T) {
+	hc, hs := fakeRemote(t, true, true)
+	a, b := pipe(t, Config{}, Config{})
+	assert.Equal(t, "SMCR", a.Mode())
+	assert.Equal(t, "SMCR", b.Mode())
+	exchangeHashed(t, a, b, 1<<20+12345)
+
+	c, d := pipe(t, Config{}, Config{})
+	assert.Equal(t, "SMCR", c.Mode())
+	assert.Equal(t, "SMCR", d.Mode())
+	exchangeHashed(t, c, d, 300000)
+	exchangeHashed(t, a, b, 4096) // the first connection is unaffected
+
+	client, server := rdmaDevice(smcr.Client), rdmaDevice(smcr.Server)
+	gc := client.LinkGroup(smcr.GroupKey{PeerID: systemID(), PeerGID: server.GID()})
+	gs := server.LinkGroup(smcr.GroupKey{PeerID: systemID(), PeerGID: client.GID()})
+	require.NotNil(t, gc, "the dialer's link group")
+	require.NotNil(t, gs, "the listener's link group")
+	assert.Equal(t, gc.Peer().QPN, gs.QPN(), "one link: the dialer's peer is the listener's queue pair")
+	assert.Equal(t, gs.Peer().QPN, gc.QPN())
+	for _, conn := range []*Conn{a, b, c, d} {
+		st := conn.Stats()
+		assert.Zero(t, st.TCPBytesSent, "bytes sent over TCP after the handshake")
+		assert.Zero(t, st.TCPBytesRecv, "bytes received over TCP after the handshake")
+		assert.Positive(t, st.CLCBytesSent)
+	}
+	for _, conn := range []*Conn{a, b, c, d} {
+		require.NoError(t, conn.Close())
+	}
+	assert.Positive(t, hc.Live().MRs, "the link groups keep their RMBs for reuse")
+	_ = hs
+}
+
+// TestNettestSMCRHandshake runs net.Conn conformance on SMC-R connections made by Dial
+// and Listen.
+func TestNettestSMCRHandshake(t *testing.T) {
+	fakeRemote(t, true, true)
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		a, b := pipe(t, Config{}, Config{})
+		if a.Mode() != "SMCR" || b.Mode() != "SMCR" {
+			t.Fatalf("not SMC-R: %s / %s", a.Mode(), b.Mode())
+		}
+		return a, b, func() { a.Close(); b.Close() }, nil
+	})
+}
+
+// TestSMCRNoDevice: without an RDMA device a dialer of a remote server tells it so
+// (NOSMCRDEV) instead of proposing, and a listener without one declines a proposal of
+// SMC-R alone with the same code; either way the connection is TCP and carries the bytes.
+func TestSMCRNoDevice(t *testing.T) {
+	t.Run("dialer", func(t *testing.T) {
+		fakeRemote(t, false, true)
+		a, b := pipe(t, Config{}, Config{})
+		local, peer := a.FallbackReason()
+		assert.Equal(t, clc.DeclNoSMCRDev, local, a.Mode())
+		assert.Zero(t, peer)
+		local, peer = b.FallbackReason()
+		assert.Equal(t, clc.DeclPeerDecl, local, b.Mode())
+		assert.Equal(t, clc.DeclNoSMCRDev, peer)
+		exchangeHashed(t, a, b, 100000)
+	})
+	t.Run("listener", func(t *testing.T) {
+		fakeRemote(t, true, false)
+		a, b := pipe(t, Config{}, Config{})
+		local, peer := b.FallbackReason()
+		assert.Equal(t, clc.DeclNoSMCRDev, local, b.Mode())
+		assert.Zero(t, peer)
+		local, peer = a.FallbackReason()
+		assert.Equal(t, clc.DeclPeerDecl, local, a.Mode())
+		assert.Equal(t, clc.DeclNoSMCRDev, peer)
+		exchangeHashed(t, a, b, 100000)
+	})
+}
