@@ -2,10 +2,12 @@ package smcloop
 
 import (
 	"crypto/sha256"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -180,4 +182,115 @@ func TestSMCRNoDevice(t *testing.T) {
 		assert.Equal(t, clc.DeclNoSMCRDev, peer)
 		exchangeHashed(t, a, b, 100000)
 	})
+}
+
+// rdmaProposal is an SMC-Rv2 proposal as an smcloop dialer on host 10.0.0.9 sends it.
+func rdmaProposal(t *testing.T, peerID [clc.PeerIDLen]byte) []byte {
+	t.Helper()
+	p := &clc.Proposal{Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathR, Release: clc.Release1,
+		UEIDs: [][clc.EIDLen]byte{mustEID("SMCLOOP")}, PeerID: peerID, MaxConns: rdmaMaxConns, MaxLinks: rdmaMaxLinks}
+	copy(p.RoCEv2GID[10:], []byte{0xff, 0xff, 10, 0, 0, 9})
+	b, err := p.Append(nil)
+	require.NoError(t, err)
+	return b
+}
+
+// TestHostileSMCRConfirm: a client whose SMC-R Confirm contradicts its proposal or names
+// an RMB outside the address space fails its own handshake with ErrProtocol; the link
+// group its proposal started is released, and the listener goes on serving SMC-R.
+func TestHostileSMCRConfirm(t *testing.T) {
+	_, hs := fakeRemote(t, true, true)
+	lc := ListenConfig{Config: Config{HandshakeTimeout: 2 * time.Second}}
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	cases := []struct {
+		name string
+		lie  func(m *clc.AcceptConfirmR)
+	}{
+		{"another peer id", func(m *clc.AcceptConfirmR) { m.PeerID[0] ^= 1 }},
+		{"another gid", func(m *clc.AcceptConfirmR) { m.GID[15] ^= 1 }},
+		{"not first contact", func(m *clc.AcceptConfirmR) { m.FirstContact, m.FCE, m.GIDList = false, nil, nil }},
+		{"RMB wraps the address space", func(m *clc.AcceptConfirmR) { m.RMBAddr = ^uint64(0) - 4095 }},
+	}
+	before := ln.Stats().HandshakeErrs
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := [clc.PeerIDLen]byte{0xee, byte(i + 1)}
+			c := registeredClient(t, ln.Addr().String())
+			_, err := c.Write(rdmaProposal(t, id))
+			require.NoError(t, err)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, raw, err := clc.ReadMsg(c, clc.TypeAccept, make([]byte, clc.MaxProposalLen))
+			require.NoError(t, err)
+			m, err := clc.ParseWith(raw, clc.PathR)
+			require.NoError(t, err)
+			acc := m.(*clc.AcceptConfirmR)
+			require.True(t, acc.FirstContact, "a new peer starts a link group")
+			conf := &clc.AcceptConfirmR{
+				Type: clc.TypeConfirm, Version: clc.V2, FirstContact: true, PeerID: id, QPN: 0x123, PSN: 7,
+				RKey: 0x42, RMBEIdx: 1, AlertToken: 1, RMBESize: 2, QPMTU: uint8(verbs.MTU1024), RMBAddr: 1 << 20,
+				EID: acc.EID, FCE: firstContactExt(), V2Direct: true,
+			}
+			copy(conf.GID[10:], []byte{0xff, 0xff, 10, 0, 0, 9})
+			conf.GIDList = [][clc.GIDLen]byte{conf.GID}
+			tc.lie(conf)
+			b, err := conf.Append(nil)
+			require.NoError(t, err)
+			_, err = c.Write(b)
+			require.NoError(t, err)
+			n, _ := io.Copy(io.Discard, c) // the listener drops the connection
+			assert.Zero(t, n, "bytes after the accept")
+			// The listener keeps serving SMC-R.
+			a, s := pipe(t, Config{}, Config{})
+			assert.Equal(t, "SMCR", a.Mode())
+			exchangeHashed(t, a, s, 70000)
+			a.Close()
+			s.Close()
+		})
+	}
+	waitFor(t, func() bool { return ln.Stats().HandshakeErrs-before == uint64(len(cases)) })
+	// Each lie's link group is gone: the listener's device holds the one group of the
+	// good clients, one queue pair.
+	waitFor(t, func() bool { return hs.Live().QPs == 1 })
+}
+
+// TestSMCRAcceptOutOfSync: an SMC-R Accept that names a link group the dialer does not
+// have (not first contact) is declined as out of sync (SYNCERR), and the connection goes
+// on as TCP with the server's bytes kept.
+func TestSMCRAcceptOutOfSync(t *testing.T) {
+	fakeRemote(t, true, false)
+	ln := advertisedServer(t)
+	done := make(chan error, 1)
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer s.Close()
+		if _, _, err := clc.ReadMsg(s, clc.TypeProposal, make([]byte, clc.MaxProposalLen)); err != nil {
+			done <- err
+			return
+		}
+		acc := &clc.AcceptConfirmR{Type: clc.TypeAccept, Version: clc.V2, PeerID: [8]byte{1}, QPN: 5, RMBEIdx: 1,
+			RMBESize: 1, QPMTU: uint8(verbs.MTU1024), RKey: 9, RMBAddr: 4096, EID: mustEID("SMCLOOP")}
+		b, _ := acc.Append(nil)
+		s.Write(b)
+		_, _, err = clc.ReadMsg(s, clc.TypeConfirm, make([]byte, clc.MaxProposalLen)) // the decline
+		if err == nil || errors.Is(err, clc.ErrDeclined) {
+			_, err = s.Write([]byte("hello over tcp"))
+		}
+		done <- err
+	}()
+	c, err := Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	buf := make([]byte, 14)
+	_, err = io.ReadFull(c, buf)
+	require.NoError(t, err)
+	assert.Equal(t, "hello over tcp", string(buf))
+	local, _ := c.FallbackReason()
+	assert.Equal(t, clc.DeclSyncErr, local, c.Mode())
+	require.NoError(t, <-done)
 }
