@@ -62,8 +62,9 @@ func Listen(addr netip.AddrPort, cfg ResponderConfig) (*Responder, error) {
 	if err != nil {
 		return nil, err
 	}
+	bound := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	r := &Responder{
-		conn: conn, addr: addr, caps: cfg.Caps, jar: newCookieJar(),
+		conn: conn, addr: netip.AddrPortFrom(bound.Addr().Unmap(), bound.Port()), caps: cfg.Caps, jar: newCookieJar(),
 		table: NewTable(MaxAnnounced, MaxPerSource, AnnounceTTL), now: cfg.Now,
 	}
 	if r.now == nil {
