@@ -93,6 +93,9 @@ func (d *Dialer) dial(ctx context.Context, network, address string, background b
 	if network == "unix" {
 		return d.dialUnix(ctx, address, cfg, background)
 	}
+	if c, ok, err := d.dialRemote(ctx, network, address, cfg); ok {
+		return c, err // another host, and this process can offer SMC-R (dial_remote.go)
+	}
 	if plainDestination(ctx, address) {
 		// A literal address with no smcloop listener behind it: plain TCP, dialed as net
 		// would (its own keep-alive), without the hook that binds and announces.

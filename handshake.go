@@ -293,6 +293,12 @@ func serverDecline(ctx context.Context, tcp net.Conn, cfg *settings, network str
 func serverHandshakeOr(ctx context.Context, tcp net.Conn, cfg *settings, network string, declineWith uint32) (*Conn, error) {
 	h := newHandshake(ctx, tcp, cfg, network, "server")
 	defer h.done()
+	return h.serve(declineWith, false)
+}
+
+// serve is the server handshake from the client's first CLC message on; with remote the
+// client is on another host (handshake_remote.go), where only SMC-R can serve it.
+func (h *handshake) serve(declineWith uint32, remote bool) (*Conn, error) {
 	m, err := h.read(clc.TypeProposal)
 	if err != nil {
 		return nil, h.fail("waiting for proposal", err)
@@ -305,7 +311,10 @@ func serverHandshakeOr(ctx context.Context, tcp net.Conn, cfg *settings, network
 	if declineWith != 0 {
 		return h.decline(declineWith)
 	}
-	if cfg.smcd && !peerTrusted(tcp) {
+	if remote {
+		return h.listenRemote(prop)
+	}
+	if h.cfg.smcd && !peerTrusted(h.tcp.Conn) {
 		// A client of a user we share no memory with gets no token and no attach: the
 		// devices it names are never contacted on its behalf (docs/SECURITY.md).
 		return h.decline(clc.DeclNoSMCD2Dev)
