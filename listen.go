@@ -111,7 +111,7 @@ type Listener struct {
 	limitHS bool
 	workers int
 	delay   time.Duration
-	adv     advert // our capability signal (and, for TCP, registration table)
+	adv     advert       // our capability signal (and, for TCP, registration table)
 	remote  remoteSignal // the cross-host signal, for SMC-R (listen_remote.go)
 	// plainReason is the fallback reason of a client that did not announce itself:
 	// PEERNOSMC, or NOSMCDEV in a build without SMC-D.
