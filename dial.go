@@ -69,9 +69,11 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // decline by either side yields a working TCP connection; a handshake that times out or
 // breaks the protocol is an error, as with the kernel.
 //
-// CLC is spoken only to a local smcloop listener (see docs/CAPABILITY.md): against any
-// other server the connection is plain TCP from the first byte, with fallback reason
-// PEERNOSMC, exactly like a kernel SMC socket whose SYN-ACK lacked the SMC option.
+// CLC is spoken only to a local smcloop listener, or, in a process with an RDMA device,
+// to an smcloop listener on another host that acknowledged the connection's announcement
+// (see docs/CAPABILITY.md): against any other server the connection is plain TCP from the
+// first byte, with fallback reason PEERNOSMC, exactly like a kernel SMC socket whose
+// SYN-ACK lacked the SMC option.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	return d.dial(ctx, network, address, false)
 }
