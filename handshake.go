@@ -249,6 +249,12 @@ func peerTrusted(tcp net.Conn) bool {
 // (smc_connect_ism, smc_connect_rdma). SMC-D serves a server on this host, SMC-R one on
 // another.
 func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings, network string) (*Conn, error) {
+	return clientHandshakeTo(ctx, tcp, cfg, network, false)
+}
+
+// clientHandshakeTo is clientHandshake; with remote the server is on another host (the
+// cross-host signal announced the connection), where only SMC-R can serve it.
+func clientHandshakeTo(ctx context.Context, tcp net.Conn, cfg *settings, network string, remote bool) (*Conn, error) {
 	h := newHandshake(ctx, tcp, cfg, network, "client")
 	defer h.done()
 	prop := &clc.Proposal{
@@ -256,7 +262,7 @@ func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings, network s
 		Release: clc.Release1, UEIDs: [][clc.EIDLen]byte{cfg.ueid}, FeatureMask: localFeatures,
 	}
 	h.paths = clc.PathN
-	if peerRemote(tcp) {
+	if remote || peerRemote(tcp) {
 		if !h.proposeRDMA(prop) {
 			// No RDMA device: tell the server instead of proposing
 			// (smc_connect_decline_fallback).
@@ -318,6 +324,12 @@ func serverDecline(ctx context.Context, tcp net.Conn, cfg *settings, network str
 func serverHandshakeOr(ctx context.Context, tcp net.Conn, cfg *settings, network string, declineWith uint32) (*Conn, error) {
 	h := newHandshake(ctx, tcp, cfg, network, "server")
 	defer h.done()
+	return h.serve(declineWith, false)
+}
+
+// serve is the server handshake from the client's first CLC message on; with remote the
+// client is on another host (handshake_remote.go), where only SMC-R can serve it.
+func (h *handshake) serve(declineWith uint32, remote bool) (*Conn, error) {
 	m, err := h.read(clc.TypeProposal)
 	if err != nil {
 		return nil, h.fail("waiting for proposal", err)
@@ -330,12 +342,12 @@ func serverHandshakeOr(ctx context.Context, tcp net.Conn, cfg *settings, network
 	if declineWith != 0 {
 		return h.decline(declineWith)
 	}
-	if peerRemote(tcp) {
+	if remote || peerRemote(h.tcp.Conn) {
 		// A client on another host: SMC-R or nothing (smc_listen_rdma_init).
 		h.paths = clc.PathR
 		return h.listenRDMA(prop)
 	}
-	if cfg.smcd && !peerTrusted(tcp) {
+	if h.cfg.smcd && !peerTrusted(h.tcp.Conn) {
 		// A client of a user we share no memory with gets no token and no attach: the
 		// devices it names are never contacted on its behalf (docs/SECURITY.md).
 		return h.decline(clc.DeclNoSMCD2Dev)

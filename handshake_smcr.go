@@ -62,6 +62,14 @@ var rdmaDevices struct {
 // the rdma build tag). Tests put a verbstest host here, or one per role.
 var rdmaProvider = func(role smcr.Role) verbs.Provider { return verbs.System() }
 
+// localRDMA reports whether this process has an RDMA device, asked once: false without
+// the rdma build tag, which has no verbs binding. It gates the cross-host capability
+// signal (remote.go).
+var localRDMA = sync.OnceValue(func() bool {
+	names, err := rdmaProvider(smcr.Client).Devices()
+	return err == nil && len(names) > 0
+})
+
 // rdmaDevice returns the process's SMC-R device for role, nil if there is none.
 func rdmaDevice(role smcr.Role) *smcr.Device {
 	rdmaDevices.mu.Lock()
@@ -317,7 +325,15 @@ func (h *handshake) listenRDMA(prop *clc.Proposal) (*Conn, error) {
 func (h *handshake) checkProposalR(p *clc.Proposal) uint32 {
 	switch {
 	case p.Version < clc.V2 || !p.TypeV2.HasR():
+		if p.Version >= clc.V2 && p.TypeV2.HasD() {
+			return clc.DeclNoSMCD2Dev // no ISM device is reachable across hosts
+		}
 		return clc.DeclModeUnsupp // SMC-Rv1 (RoCE v1 GIDs) is not offered here
+	}
+	if h.rdma.dev = rdmaDevice(smcr.Server); h.rdma.dev == nil {
+		return clc.DeclNoSMCRDev // smc_find_rdma_v2_device_serv found none
+	}
+	switch {
 	case !p.SEIDPresent && len(p.UEIDs) == 0:
 		return clc.DeclNoUEID
 	case p.PeerID == [clc.PeerIDLen]byte{} || p.RoCEv2GID == [16]byte{}:
@@ -331,9 +347,6 @@ func (h *handshake) checkProposalR(p *clc.Proposal) uint32 {
 	}
 	if !common {
 		return clc.DeclNoUEID
-	}
-	if h.rdma.dev = rdmaDevice(smcr.Server); h.rdma.dev == nil {
-		return clc.DeclNoSMCRDev
 	}
 	return 0
 }

@@ -94,6 +94,9 @@ func (c *Conn) monitor() {
 func (c *Conn) peerTCPEvent(n int) {
 	violated := n > 0 && !c.closed.Load() &&
 		c.abortLocal(errors.New("unexpected bytes on the CLC socket of an established SMC connection"))
+	if s, ok := c.backend.(datapath.Settler); ok {
+		s.Settle() // a close flag the peer sent before its EOF is in: take it first
+	}
 	c.peerGone.Store(true)
 	lost := false
 	if !c.closed.Load() {

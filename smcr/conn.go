@@ -14,6 +14,7 @@ import (
 var (
 	_ datapath.Backend   = (*Conn)(nil)
 	_ datapath.TxPending = (*Conn)(nil)
+	_ datapath.Settler   = (*Conn)(nil)
 )
 
 // ConnConfig configures a connection of a link group.
@@ -357,13 +358,34 @@ func (c *Conn) Counters() datapath.Counters {
 	return datapath.Counters{RingsSent: c.ringsSent.Load(), Sleeps: c.sleeps.Load()}
 }
 
-// PeerLost records that the peer vanished: it no longer writes into the RMB, which Close
-// then gives back for reuse.
-func (c *Conn) PeerLost() { c.peerGone.Store(true) }
+// PeerLost records that the peer vanished: its process died, so it no longer writes
+// into the RMB, which Close then gives back. A link group's peer is one process (its
+// system ID is per process), so the whole group went with it: the link is taken down
+// and its queue pair, completion queues and memory regions released, rather than kept
+// until a TEST_LINK goes unanswered; the group's other connections abort.
+func (c *Conn) PeerLost() {
+	c.peerGone.Store(true)
+	c.g.fail(&LinkError{Reason: DelLostPath, What: "peer process gone"})
+}
 
 // Violation records that the peer broke the protocol: Close frees the RMB (DELETE_RKEY)
 // instead of keeping it for reuse. The core tells the peer (peer_conn_abort).
 func (c *Conn) Violation() { c.violated.Store(true) }
+
+// Flush waits, at most the LLC timeout, until the connection's CDC messages have
+// completed: the peer's device has them (smc_cdc_wait_pend_tx_wr).
+func (c *Conn) Flush() {
+	g := c.g
+	for end := time.Now().Add(g.cfg.LLCTimeout); c.pending.Load() > 0 && time.Now().Before(end) && g.Err() == nil; {
+		select {
+		case <-g.downCh:
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+}
+
+// Settle hands over every CDC message the local device has received (LinkGroup.Sync).
+func (c *Conn) Settle() { _ = c.g.Sync() }
 
 // Close waits (at most the LLC timeout) for the connection's CDC messages to complete
 // (smc_cdc_wait_pend_tx_wr), frees the send buffer and gives the RMB back to the group:

@@ -25,6 +25,12 @@ const (
 	maxSendWR = SendSlots * 3
 )
 
+// qpTimeout is the queue pair's local ACK timeout, 4.096 µs << 15 = 134 ms
+// (SMC_QP_TIMEOUT): how long a sent packet waits for its ACK before it is sent again. A
+// link on a network that drops a packet recovers after it, not after the 73 minutes of
+// the encoding's 30.
+const qpTimeout = 15
+
 // Timer defaults (net/smc).
 const (
 	// DefaultTestLinkInterval is net.smc.smcr_testlink_time's default
@@ -312,7 +318,7 @@ func (g *LinkGroup) Connect(peer LinkInfo) error {
 		SGIDIndex: uint8(g.dev.GIDIndex()), HopLimit: 64,
 	}.WithDefaults())
 	if err == nil {
-		err = g.qp.ReadyToSend(verbs.RTSAttr{SQPSN: g.psn, Timeout: 30, RetryCnt: 7, RNRRetry: verbs.RNRRetryInfinite, MaxRdAtomic: 1})
+		err = g.qp.ReadyToSend(verbs.RTSAttr{SQPSN: g.psn, Timeout: qpTimeout, RetryCnt: 7, RNRRetry: verbs.RNRRetryInfinite, MaxRdAtomic: 1})
 	}
 	if err != nil {
 		return fmt.Errorf("smcr: %w", err)
@@ -373,9 +379,11 @@ func (g *LinkGroup) trySlot() (int, bool) {
 
 // post sends msg (at most WRBufSize bytes) from send slot i as a signaled, solicited SEND
 // (smc_wr_tx_send); done runs when it completes successfully.
+//
+// The buffer is filled and the work request posted under g.mu, after the check that the
+// link is up: the link goes down (fail) under g.mu before the goroutine's teardown closes
+// the queue pair and the buffers, so a post never touches them after that.
 func (g *LinkGroup) post(i int, msg []byte, done func()) error {
-	buf := g.txMem.Bytes()[i*WRBufSize : (i+1)*WRBufSize]
-	n := copy(buf, msg)
 	g.mu.Lock()
 	if g.down != nil {
 		err := g.down
@@ -383,14 +391,13 @@ func (g *LinkGroup) post(i int, msg []byte, done func()) error {
 		g.slots <- i
 		return err
 	}
+	n := copy(g.txMem.Bytes()[i*WRBufSize:(i+1)*WRBufSize], msg)
 	g.slotDone[i] = done
-	g.mu.Unlock()
 	err := g.qp.PostSend(&verbs.SendWR{
 		ID: uint64(i) + 1, Opcode: verbs.OpSend, Flags: verbs.FlagSignaled | verbs.FlagSolicited,
 		SGE: []verbs.SGE{{Addr: g.txMR.Addr() + uint64(i*WRBufSize), Length: uint32(n), LKey: g.txMR.LKey()}},
 	})
 	if err != nil {
-		g.mu.Lock()
 		g.slotDone[i] = nil
 		g.mu.Unlock()
 		g.slots <- i
@@ -398,6 +405,7 @@ func (g *LinkGroup) post(i int, msg []byte, done func()) error {
 		g.fail(lerr)
 		return lerr
 	}
+	g.mu.Unlock()
 	return nil
 }
 
@@ -429,10 +437,17 @@ func (g *LinkGroup) replyLLC(m LLCMessage) {
 // writeRDMA posts an unsignaled RDMA WRITE of n bytes at local address laddr (region
 // lkey) to the peer's raddr (region rkey), as smc_tx_rdma_write does.
 func (g *LinkGroup) writeRDMA(laddr uint64, lkey uint32, raddr uint64, rkey uint32, n int) error {
+	g.mu.Lock() // as post: never on a queue pair the teardown closed
+	if g.down != nil {
+		err := g.down
+		g.mu.Unlock()
+		return err
+	}
 	err := g.qp.PostSend(&verbs.SendWR{
 		Opcode: verbs.OpRDMAWrite, SGE: []verbs.SGE{{Addr: laddr, Length: uint32(n), LKey: lkey}},
 		RemoteAddr: raddr, RKey: rkey,
 	})
+	g.mu.Unlock()
 	if err != nil {
 		lerr := &LinkError{Reason: DelLostPath, What: "post RDMA write", Err: err}
 		g.fail(lerr)

@@ -175,3 +175,19 @@ type TxPending interface {
 	// TxPending reports whether publications are still in flight.
 	TxPending() bool
 }
+
+// Settler is implemented by a backend whose publications reach the peer some time after
+// they are made (SMC-R: a CDC message is a SEND the peer's device receives and its
+// completion goroutine then hands over). The liveness connection must not overtake them:
+// the core calls Flush before it closes the liveness connection, so the peer's device
+// has every publication (the close flag included) before the EOF leaves, and Settle when
+// the liveness connection ended, so that what the peer's side already delivered is taken
+// in before the core decides the peer vanished without closing.
+type Settler interface {
+	// Flush waits until every publication made so far has completed, bounded by the
+	// backend's own timeout.
+	Flush()
+	// Settle takes in every publication the local device has received. It waits for no
+	// peer.
+	Settle()
+}
