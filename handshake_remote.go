@@ -71,4 +71,3 @@ func (h *handshake) sniffCLC(deadline time.Time) bool {
 	}
 	return true
 }
-
