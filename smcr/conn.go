@@ -71,7 +71,8 @@ type Conn struct {
 	peerCons datapath.Cons
 	failed   error // the link's *LinkError: the connection is aborted
 
-	pending   atomic.Int32 // CDC messages posted and not completed (cdc_pend_tx_wr)
+	pending   atomic.Int32  // CDC messages posted and not completed (cdc_pend_tx_wr)
+	idle      chan struct{} // capacity 1: pending dropped to zero
 	sleeping  atomic.Uint32
 	ringsSent atomic.Uint64
 	sleeps    atomic.Uint64
@@ -89,7 +90,7 @@ func (g *LinkGroup) NewConn(cfg ConnConfig) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{g: g, cfg: cfg, rmb: r, rx: newBell(), wx: newBell()}
+	c := &Conn{g: g, cfg: cfg, rmb: r, rx: newBell(), wx: newBell(), idle: make(chan struct{}, 1)}
 	g.mu.Lock()
 	if g.down != nil {
 		err := g.down
@@ -130,17 +131,28 @@ func (c *Conn) Connect(p PeerBuffer) error {
 	if err := c.g.peerRMB(p.RKey, p.Addr, p.Size, c.cfg.FirstContact); err != nil {
 		return err
 	}
+	if c.sndMR != nil {
+		return fmt.Errorf("smcr: connection connected already")
+	}
+	g := c.g
+	g.mu.Lock()
+	if g.down != nil {
+		err := g.down
+		g.mu.Unlock()
+		return err
+	}
+	g.memUsers++ // keeps the PD
+	pd := g.pd
+	g.mu.Unlock()
 	mem, err := verbs.NewMem(p.Size)
 	if err != nil {
+		g.memDone()
 		return fmt.Errorf("smcr: send buffer: %w", err)
 	}
-	c.g.mu.Lock()
-	c.g.memUsers++
-	c.g.mu.Unlock()
-	mr, err := c.g.pd.RegMR(mem, verbs.AccessLocalWrite)
+	mr, err := pd.RegMR(mem, verbs.AccessLocalWrite)
 	if err != nil {
 		mem.Close()
-		c.g.memDone()
+		g.memDone()
 		return fmt.Errorf("smcr: send buffer: %w", err)
 	}
 	c.peer, c.sndMem, c.sndMR, c.sndbuf = p, mem, mr, mem.Bytes()[:p.Size]
@@ -266,7 +278,14 @@ func (c *Conn) sendCDCLocked(slot int) {
 }
 
 // sent is a CDC message's completion (smc_cdc_tx_handler).
-func (c *Conn) sent() { c.pending.Add(-1) }
+func (c *Conn) sent() {
+	if c.pending.Add(-1) == 0 {
+		select {
+		case c.idle <- struct{}{}:
+		default:
+		}
+	}
+}
 
 func (c *Conn) txFailLocked(err error) {
 	c.txErr = err
@@ -377,11 +396,19 @@ func (c *Conn) Close(peerDone bool) {
 	g.mu.Lock()
 	delete(g.conns, c.token)
 	g.mu.Unlock()
-	for end := time.Now().Add(g.cfg.LLCTimeout); c.pending.Load() > 0 && time.Now().Before(end) && g.Err() == nil; {
-		select {
-		case <-g.downCh:
-		case <-time.After(100 * time.Microsecond):
+	if c.pending.Load() > 0 {
+		t := time.NewTimer(g.cfg.LLCTimeout)
+	wait:
+		for c.pending.Load() > 0 {
+			select {
+			case <-c.idle:
+			case <-g.downCh:
+				break wait
+			case <-t.C:
+				break wait
+			}
 		}
+		t.Stop()
 	}
 	if c.sndMR != nil {
 		c.sndMR.Close()

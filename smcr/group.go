@@ -144,6 +144,8 @@ type LinkGroup struct {
 	psn      uint32
 	linkUID  [4]byte
 	slots    chan int      // free send slot indices
+	freed    chan struct{} // a send slot was freed (capacity 1)
+	useMu    sync.RWMutex  // held shared while posting; teardown takes it to close the link
 	downCh   chan struct{} // closed when the link goes down
 	done     chan struct{} // closed when the goroutine ended and released the link
 	llcMu    sync.Mutex    // one local LLC flow at a time (smc_llc_flow)
@@ -188,11 +190,18 @@ type waitKey struct {
 func (d *Device) NewLinkGroup(cfg GroupConfig) (g *LinkGroup, err error) {
 	cfg = cfg.resolved()
 	g = &LinkGroup{
-		dev: d, cfg: cfg, key: cfg.Key,
-		slots: make(chan int, SendSlots), downCh: make(chan struct{}), done: make(chan struct{}),
-		syncReq: make(chan chan struct{}, 16),
-		conns:   make(map[uint32]*Conn), peerRKeys: make(map[uint32]uint64), waiters: make(map[waitKey]chan any),
-		wcs: make([]verbs.WC, 16),
+		dev:       d,
+		cfg:       cfg,
+		key:       cfg.Key,
+		slots:     make(chan int, SendSlots),
+		freed:     make(chan struct{}, 1),
+		downCh:    make(chan struct{}),
+		done:      make(chan struct{}),
+		syncReq:   make(chan chan struct{}, 16),
+		conns:     make(map[uint32]*Conn),
+		peerRKeys: make(map[uint32]uint64),
+		waiters:   make(map[waitKey]chan any),
+		wcs:       make([]verbs.WC, 16),
 	}
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -374,21 +383,19 @@ func (g *LinkGroup) trySlot() (int, bool) {
 // post sends msg (at most WRBufSize bytes) from send slot i as a signaled, solicited SEND
 // (smc_wr_tx_send); done runs when it completes successfully.
 func (g *LinkGroup) post(i int, msg []byte, done func()) error {
-	buf := g.txMem.Bytes()[i*WRBufSize : (i+1)*WRBufSize]
-	n := copy(buf, msg)
+	g.useMu.RLock()
 	g.mu.Lock()
 	if g.down != nil {
 		err := g.down
 		g.mu.Unlock()
+		g.useMu.RUnlock()
 		g.slots <- i
 		return err
 	}
 	g.slotDone[i] = done
 	g.mu.Unlock()
-	err := g.qp.PostSend(&verbs.SendWR{
-		ID: uint64(i) + 1, Opcode: verbs.OpSend, Flags: verbs.FlagSignaled | verbs.FlagSolicited,
-		SGE: []verbs.SGE{{Addr: g.txMR.Addr() + uint64(i*WRBufSize), Length: uint32(n), LKey: g.txMR.LKey()}},
-	})
+	err := g.postSlot(i, msg)
+	g.useMu.RUnlock()
 	if err != nil {
 		g.mu.Lock()
 		g.slotDone[i] = nil
@@ -399,6 +406,17 @@ func (g *LinkGroup) post(i int, msg []byte, done func()) error {
 		return lerr
 	}
 	return nil
+}
+
+// postSlot copies msg into send slot i and posts it. useMu is held shared and the link
+// is not torn down.
+func (g *LinkGroup) postSlot(i int, msg []byte) error {
+	buf := g.txMem.Bytes()[i*WRBufSize : (i+1)*WRBufSize]
+	n := copy(buf, msg)
+	return g.qp.PostSend(&verbs.SendWR{
+		ID: uint64(i) + 1, Opcode: verbs.OpSend, Flags: verbs.FlagSignaled | verbs.FlagSolicited,
+		SGE: []verbs.SGE{{Addr: g.txMR.Addr() + uint64(i*WRBufSize), Length: uint32(n), LKey: g.txMR.LKey()}},
+	})
 }
 
 // sendLLC sends an LLC message from a caller other than the group's goroutine.
@@ -429,10 +447,16 @@ func (g *LinkGroup) replyLLC(m LLCMessage) {
 // writeRDMA posts an unsignaled RDMA WRITE of n bytes at local address laddr (region
 // lkey) to the peer's raddr (region rkey), as smc_tx_rdma_write does.
 func (g *LinkGroup) writeRDMA(laddr uint64, lkey uint32, raddr uint64, rkey uint32, n int) error {
+	g.useMu.RLock()
+	if err := g.Err(); err != nil {
+		g.useMu.RUnlock()
+		return err
+	}
 	err := g.qp.PostSend(&verbs.SendWR{
 		Opcode: verbs.OpRDMAWrite, SGE: []verbs.SGE{{Addr: laddr, Length: uint32(n), LKey: lkey}},
 		RemoteAddr: raddr, RKey: rkey,
 	})
+	g.useMu.RUnlock()
 	if err != nil {
 		lerr := &LinkError{Reason: DelLostPath, What: "post RDMA write", Err: err}
 		g.fail(lerr)
@@ -533,6 +557,10 @@ func (g *LinkGroup) pollSend() {
 				g.slotDone[i] = nil
 				g.mu.Unlock()
 				g.slots <- i
+				select {
+				case g.freed <- struct{}{}:
+				default:
+				}
 			}
 			if err := wc.Err(); err != nil {
 				g.fail(&LinkError{Reason: DelLostPath, What: "send completion", Err: err})
@@ -644,10 +672,37 @@ func (g *LinkGroup) tick() {
 	g.replyLLC(m)
 }
 
-// fail takes the link down with err (a *LinkError) once: the queue pair goes to Err, every
-// LLC waiter and send-slot waiter wakes, every connection aborts, and the goroutine is
-// told to stop and release the link.
-func (g *LinkGroup) fail(err *LinkError) {
+// fail takes the link down with err and tells the peer (terminate).
+func (g *LinkGroup) fail(err *LinkError) { g.terminate(err, true) }
+
+// terminate takes the link down with err (a *LinkError) once: with tell, a DELETE_LINK
+// for the group with err's reason goes to the peer first, as far as a free send slot
+// and the queue pair allow (smcr_link_down); then the queue pair goes to Err, every LLC
+// waiter and send-slot waiter wakes, every connection aborts, and the goroutine is told
+// to stop and release the link.
+func (g *LinkGroup) terminate(err *LinkError, tell bool) {
+	g.mu.Lock()
+	if g.down != nil {
+		g.mu.Unlock()
+		return
+	}
+	linkID := g.linkID
+	g.mu.Unlock()
+	if tell && g.started.Load() {
+		select {
+		case i := <-g.slots:
+			b, _ := (&DeleteLink{Version: g.cfg.LLCVersion, Flags: FlagDeleteLinkAll, LinkNum: linkID, Reason: err.Reason}).Append(nil)
+			g.useMu.RLock()
+			g.mu.Lock()
+			torn := g.torn
+			g.mu.Unlock()
+			if torn || g.postSlot(i, b) != nil {
+				g.slots <- i
+			}
+			g.useMu.RUnlock()
+		default:
+		}
+	}
 	g.mu.Lock()
 	if g.down != nil {
 		g.mu.Unlock()
@@ -691,7 +746,7 @@ func (g *LinkGroup) Close() {
 			g.drainSlots(g.cfg.LLCTimeout)
 		}
 	}
-	g.fail(&LinkError{Reason: DelOpInitTerm, What: "link group closed"})
+	g.terminate(&LinkError{Reason: DelOpInitTerm, What: "link group closed"}, false)
 	if g.started.Load() {
 		<-g.done
 	} else {
@@ -702,12 +757,15 @@ func (g *LinkGroup) Close() {
 // drainSlots waits until every send slot is free again (smc_wr_tx_wait_no_pending_sends),
 // at most d.
 func (g *LinkGroup) drainSlots(d time.Duration) {
-	end := time.Now().Add(d)
-	for len(g.slots) < SendSlots && time.Now().Before(end) && g.Err() == nil {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for len(g.slots) < SendSlots {
 		select {
+		case <-g.freed:
 		case <-g.downCh:
 			return
-		case <-time.After(time.Millisecond):
+		case <-t.C:
+			return
 		}
 	}
 }
@@ -715,12 +773,14 @@ func (g *LinkGroup) drainSlots(d time.Duration) {
 // teardown releases the link (queue pair, CQs, channel, work-request buffers) and the
 // idle RMBs; the PD follows with the last RMB or send buffer still held by a connection.
 func (g *LinkGroup) teardown() {
-	g.release()
+	g.useMu.Lock() // no post in progress from here on
 	g.mu.Lock()
 	free := g.free
 	g.free = nil
 	g.torn = true
 	g.mu.Unlock()
+	g.release()
+	g.useMu.Unlock()
 	for _, r := range free {
 		r.destroy()
 		g.memDone()

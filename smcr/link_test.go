@@ -156,7 +156,11 @@ func TestTestLinkKeepalive(t *testing.T) {
 	req = p.recv(t) // the link lived on: the next keepalive
 	require.Equal(t, byte(0x07), req[0])
 	require.Equal(t, uint64(2), binary.BigEndian.Uint64(req[12:20]))
-	// No answer this time.
+	// No answer this time: the link goes down and the peer is told.
+	del := make([]byte, 44)
+	del[0], del[1], del[3], del[4] = 0x04, 44, 0x40, 1 // DELETE_LINK, all, link 1
+	binary.BigEndian.PutUint32(del[5:9], DelLostPath)
+	require.Equal(t, del, p.recv(t))
 	awaitDone(t, g)
 	err = g.Err()
 	require.ErrorIs(t, err, ErrLinkDown)

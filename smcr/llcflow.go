@@ -208,7 +208,7 @@ func (g *LinkGroup) handleLLC(msg LLCMessage) {
 		if m.Flags&FlagDeleteLinkOrder != 0 {
 			what = "peer deleted the link in order (DELETE_LINK)"
 		}
-		g.fail(&LinkError{Reason: m.Reason, What: what})
+		g.terminate(&LinkError{Reason: m.Reason, What: what}, false)
 	case *ConfirmRKey:
 		if m.Flags&FlagResp != 0 {
 			g.deliverLLC(waitKey{LLCConfirmRKey, true}, m)
