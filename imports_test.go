@@ -23,7 +23,7 @@ func TestCoreImportsNoBackend(t *testing.T) {
 		"handshake_smcd.go": {module + "smcd", module + "ism"},
 		"config.go":         {module + "ism"},
 	}
-	backends := []string{module + "smcd", module + "ism"}
+	backends := []string{module + "smcd", module + "ism", module + "smcr"}
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	var offending []string
