@@ -159,3 +159,32 @@ func TestNettestSMCRFake(t *testing.T) {
 		return a, b, func() { a.Close(); b.Close() }, nil
 	})
 }
+
+// TestSMCRLinkFailureAbortsConn: when the link fails under a connection, a Read blocked
+// on it returns (ECONNRESET, the backend reports peer_conn_abort) instead of hanging, and
+// so does the next Write; the backend holds the link's typed error.
+func TestSMCRLinkFailureAbortsConn(t *testing.T) {
+	a, b, env := smcrPair(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	_, err := a.Write([]byte("before"))
+	require.NoError(t, err)
+	require.Equal(t, []byte("before"), readN(t, b, 6))
+
+	rd := goReadInto(b, make([]byte, 8))
+	awaitSleep(t, b, datapath.Reader)
+	require.NoError(t, env.hc.FailQP(env.gc.QPN()))
+	_, err = a.Write([]byte("lost")) // meets the failed queue pair: the client's link goes down
+	if err == nil {
+		_, err = a.Write([]byte("lost"))
+	}
+	require.ErrorIs(t, err, ErrPeerReset)
+	require.ErrorIs(t, a.backend.(settled).Err(), smcr.ErrLinkDown)
+
+	// The server's link learns at its next send: the keepalive's, or here a write.
+	_, _ = b.Write([]byte("x"))
+	r := await(t, rd, "the Read on a failed link")
+	require.ErrorIs(t, r.err, ErrPeerReset)
+	var le *smcr.LinkError
+	require.ErrorAs(t, b.backend.(settled).Err(), &le)
+}

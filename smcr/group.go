@@ -187,9 +187,9 @@ type waitKey struct {
 // NewLinkGroup creates the group's protection domain, completion channel and CQs and its
 // queue pair in Init, with its receive buffers posted; Connect then takes the queue pair to
 // RTS with the peer's LinkInfo. The group is registered on the device under cfg.Key.
-func (d *Device) NewLinkGroup(cfg GroupConfig) (g *LinkGroup, err error) {
+func (d *Device) NewLinkGroup(cfg GroupConfig) (_ *LinkGroup, err error) {
 	cfg = cfg.resolved()
-	g = &LinkGroup{
+	g := &LinkGroup{
 		dev:       d,
 		cfg:       cfg,
 		key:       cfg.Key,

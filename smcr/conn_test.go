@@ -1,0 +1,120 @@
+package smcr
+
+import (
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/datapath"
+	"github.com/smcloop/smcloop/internal/verbs"
+	"github.com/smcloop/smcloop/internal/verbs/verbstest"
+)
+
+// TestRMBReuseAndRelease: an RMB the peer is done with goes back to the pool and serves
+// the next connection without an LLC exchange; after a violation, or while the peer may
+// still write, it is withdrawn (the peer forgets the rkey) and freed.
+func TestRMBReuseAndRelease(t *testing.T) {
+	p := newGroupPair(t, nil)
+	defer p.c.Close()
+	defer p.s.Close()
+	cc, sc := p.connPair(t, 16<<10, 16<<10, true)
+	rkey := sc.RMB().RKey()
+	cc.Close(true)
+	sc.Close(true)
+	assert.Equal(t, 1, p.s.FreeRMBs())
+
+	// The next connection takes the pooled RMB: same rkey, known to the peer already.
+	cc, sc = p.connPair(t, 16<<10, 16<<10, false)
+	assert.Equal(t, rkey, sc.RMB().RKey(), "reused")
+	assert.Zero(t, p.s.FreeRMBs())
+	copy(cc.TxBuf(), "hello")
+	cc.PushProd(cdcCursor(0, 5), 0, 5)
+	require.NoError(t, p.s.Sync())
+	assert.Equal(t, "hello", string(sc.RxRing()[:5]))
+
+	sc.PeerLost() // a vanished peer writes no more: reusable
+	sc.Close(false)
+	assert.Equal(t, 1, p.s.FreeRMBs())
+	cc.Close(true)
+
+	cc, sc = p.connPair(t, 16<<10, 16<<10, false)
+	assert.Zero(t, sc.RxRing()[0], "a reused RMB is cleared")
+	rkey = sc.RMB().RKey()
+	require.Contains(t, peerKeys(p.c), rkey)
+	sc.Violation()
+	sc.Close(true) // DELETE_RKEY: the peer forgets it
+	assert.Zero(t, p.s.FreeRMBs(), "not kept after a violation")
+	assert.NotContains(t, peerKeys(p.c), rkey)
+	cc.Close(false) // the peer may still write: withdrawn too
+	assert.Zero(t, p.c.FreeRMBs())
+	assert.Empty(t, peerKeys(p.s))
+}
+
+func peerKeys(g *LinkGroup) map[uint32]uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := make(map[uint32]uint64, len(g.peerRKeys))
+	for k, v := range g.peerRKeys {
+		m[k] = v
+	}
+	return m
+}
+
+// TestAfterLinkDown: once the link is down, new connections fail with its error,
+// publications are dropped, and nothing panics on a released link.
+func TestAfterLinkDown(t *testing.T) {
+	p := newGroupPair(t, nil)
+	cc, sc := p.connPair(t, 16<<10, 16<<10, true)
+	extra, err := p.c.NewConn(ConnConfig{RMBSize: 16 << 10})
+	require.NoError(t, err)
+	p.c.Close()
+	awaitDone(t, p.s) // the peer's DELETE_LINK ended the server's group too
+	var le *LinkError
+	require.ErrorAs(t, p.s.Err(), &le)
+	assert.Equal(t, DelOpInitTerm, le.Reason, "the client's reason")
+
+	_, err = p.c.NewConn(ConnConfig{RMBSize: 16 << 10})
+	require.ErrorIs(t, err, ErrLinkDown)
+	require.ErrorIs(t, extra.Connect(bufferOf(sc)), ErrLinkDown)
+	cc.PushProd(cdcCursor(0, 1), 0, 1)
+	cc.PublishCons(consOf(cdcCursor(0, 1), 0, 0), datapath.Reader)
+	assert.ErrorIs(t, cc.Err(), ErrLinkDown)
+	assert.Zero(t, cc.Counters().RingsSent)
+	require.ErrorIs(t, p.c.Sync(), ErrLinkDown)
+	for _, c := range []*Conn{cc, sc, extra} {
+		c.Close(false)
+	}
+	assert.Equal(t, verbs.Counts{}, p.dc.Live())
+	assert.Equal(t, verbs.Counts{}, p.ds.Live())
+}
+
+// TestDeviceCloseEndsGroups: closing a device closes its link groups in order.
+func TestDeviceCloseEndsGroups(t *testing.T) {
+	f := verbstest.NewFabric()
+	ha, err := f.NewHost(verbstest.HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 1, 1)})
+	require.NoError(t, err)
+	_, db := newDevice(t, f, net.IPv4(10, 0, 1, 2))
+	da, err := OpenDevice(ha, "")
+	require.NoError(t, err)
+	ga, err := da.NewLinkGroup(testGroupConfig(Client, db))
+	require.NoError(t, err)
+	gb, err := db.NewLinkGroup(testGroupConfig(Server, da))
+	require.NoError(t, err)
+	assert.Same(t, ga, da.LinkGroup(ga.Key()))
+	_, err = da.NewLinkGroup(testGroupConfig(Client, db))
+	require.Error(t, err, "one group per peer")
+	require.NoError(t, ga.Connect(gb.Local()))
+	require.NoError(t, gb.Connect(ga.Local()))
+	errc := make(chan error, 1)
+	go func() { errc <- ga.AwaitConfirmLink() }()
+	require.NoError(t, gb.ConfirmLink())
+	require.NoError(t, <-errc)
+
+	require.NoError(t, da.Close())
+	assert.Nil(t, da.LinkGroup(ga.Key()))
+	assert.Equal(t, verbstest.Counts{}, ha.Live())
+	awaitDone(t, gb)
+	assert.Nil(t, db.LinkGroup(gb.Key()), "the peer's group ended with the DELETE_LINK")
+}
