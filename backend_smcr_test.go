@@ -2,6 +2,7 @@ package smcloop
 
 import (
 	"net"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -161,8 +162,8 @@ func TestNettestSMCRFake(t *testing.T) {
 }
 
 // TestSMCRLinkFailureAbortsConn: when the link fails under a connection, a Read blocked
-// on it returns (ECONNRESET, the backend reports peer_conn_abort) instead of hanging, and
-// so does the next Write; the backend holds the link's typed error.
+// on it returns instead of hanging, and so does the next Write, with ErrPeerReset
+// (ECONNRESET) wrapping the link's *smcr.LinkError.
 func TestSMCRLinkFailureAbortsConn(t *testing.T) {
 	a, b, env := smcrPair(t, Config{}, Config{})
 	defer a.Close()
@@ -179,12 +180,18 @@ func TestSMCRLinkFailureAbortsConn(t *testing.T) {
 		_, err = a.Write([]byte("lost"))
 	}
 	require.ErrorIs(t, err, ErrPeerReset)
-	require.ErrorIs(t, a.backend.(settled).Err(), smcr.ErrLinkDown)
+	require.ErrorIs(t, err, syscall.ECONNRESET)
+	require.ErrorIs(t, err, smcr.ErrLinkDown, "the link's error, wrapped")
+	var le *smcr.LinkError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, smcr.DelLostPath, le.Reason)
 
 	// The server's link learns at its next send: the keepalive's, or here a write.
 	_, _ = b.Write([]byte("x"))
 	r := await(t, rd, "the Read on a failed link")
 	require.ErrorIs(t, r.err, ErrPeerReset)
-	var le *smcr.LinkError
-	require.ErrorAs(t, b.backend.(settled).Err(), &le)
+	require.ErrorIs(t, r.err, smcr.ErrLinkDown)
+	var ne *net.OpError
+	require.ErrorAs(t, r.err, &ne)
+	assert.Equal(t, "read", ne.Op)
 }

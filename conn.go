@@ -1,6 +1,7 @@
 package smcloop
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -125,6 +126,18 @@ func (c *Conn) isSMC() bool { return c.backend != nil }
 // CLC socket tcp (the liveness channel; the handshake's leftover bytes, if any, are in
 // tcp.pending). The ring sizes are b's. It publishes what b must publish first and sets
 // up the send window; the caller aborts the connection if the handshake left bytes.
+// peerReset is the error of a connection whose peer aborted it: ErrPeerReset, wrapping
+// why the data path failed when the backend knows (datapath.Failure: an SMC-R link that
+// went down), so errors.Is matches both.
+func (c *Conn) peerReset() error {
+	if f, ok := c.backend.(datapath.Failure); ok {
+		if err := f.Failure(); err != nil {
+			return fmt.Errorf("%w: %w", ErrPeerReset, err)
+		}
+	}
+	return ErrPeerReset
+}
+
 // txPending reports whether the backend has publications in flight (datapath.TxPending;
 // false for a backend whose publications are done when they return).
 func (c *Conn) txPending() bool {

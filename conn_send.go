@@ -250,7 +250,7 @@ func (c *Conn) waitSpace() (int, error) {
 		}
 		switch {
 		case cf&cdc.PeerConnAbort != 0:
-			return 0, c.opError("write", ErrPeerReset)
+			return 0, c.opError("write", c.peerReset())
 		case cf&cdc.PeerConnClosed != 0:
 			return 0, c.opError("write", ErrPeerClosed)
 		case gone:

@@ -14,6 +14,7 @@ import (
 var (
 	_ datapath.Backend   = (*Conn)(nil)
 	_ datapath.TxPending = (*Conn)(nil)
+	_ datapath.Failure   = (*Conn)(nil)
 )
 
 // ConnConfig configures a connection of a link group.
@@ -122,6 +123,9 @@ func (c *Conn) Err() error {
 	defer c.rxMu.Unlock()
 	return c.failed
 }
+
+// Failure is Err, for the connection core (datapath.Failure).
+func (c *Conn) Failure() error { return c.Err() }
 
 // Connect completes the connection with the peer's side as its CLC message names it.
 // The rkey must be one the peer confirmed (CONFIRM_RKEY), or travel in the first

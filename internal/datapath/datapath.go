@@ -175,3 +175,12 @@ type TxPending interface {
 	// TxPending reports whether publications are still in flight.
 	TxPending() bool
 }
+
+// Failure is implemented by a backend whose data path can fail under a connection (SMC-R:
+// its link group's link goes down). Such a backend reports the abort through PeerCons
+// (peer_conn_abort) and wakes the local sleepers; Failure then says why, and the core
+// wraps it into the error it returns.
+type Failure interface {
+	// Failure is why the data path stopped working, nil while it works.
+	Failure() error
+}
