@@ -3,6 +3,7 @@ package smcr
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,4 +118,66 @@ func TestDeviceCloseEndsGroups(t *testing.T) {
 	assert.Equal(t, verbstest.Counts{}, ha.Live())
 	awaitDone(t, gb)
 	assert.Nil(t, db.LinkGroup(gb.Key()), "the peer's group ended with the DELETE_LINK")
+}
+
+// TestSendSlotsBounded: with every send slot in flight (completions held), the next
+// publication waits for a slot, and goes out once completions free one; the link stays
+// up.
+func TestSendSlotsBounded(t *testing.T) {
+	p := newGroupPair(t, nil)
+	defer p.c.Close()
+	defer p.s.Close()
+	cc, sc := p.connPair(t, 16<<10, 16<<10, true)
+	defer cc.Close(true)
+	defer sc.Close(true)
+	require.NoError(t, p.hc.DelayCompletions(p.c.QPN()))
+	for i := range SendSlots {
+		cc.PushProd(cdcCursor(0, uint32(i+1)), i, 1)
+	}
+	assert.Zero(t, len(p.c.slots), "every slot in flight")
+	assert.True(t, cc.TxPending())
+	done := make(chan struct{})
+	go func() {
+		cc.PushProd(cdcCursor(0, SendSlots+1), SendSlots, 1)
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("a publication went out without a free slot")
+	default:
+	}
+	n, err := p.hc.ReleaseCompletions(p.c.QPN())
+	require.NoError(t, err)
+	assert.Equal(t, SendSlots, n)
+	<-done
+	require.NoError(t, p.s.Sync())
+	assert.Equal(t, uint32(SendSlots+1), sc.PeerProd().Count)
+	assert.NoError(t, p.c.Err())
+	assert.NoError(t, cc.Err())
+}
+
+// TestWaitFollowsDeadline: a deadline set while a Wait is in progress ends it; cleared,
+// the next Wait sleeps until a ring.
+func TestWaitFollowsDeadline(t *testing.T) {
+	p := newGroupPair(t, nil)
+	defer p.c.Close()
+	defer p.s.Close()
+	cc, sc := p.connPair(t, 16<<10, 16<<10, true)
+	defer cc.Close(true)
+	defer sc.Close(true)
+	sc.Announce(writerDir)
+	errc := make(chan error, 1)
+	go func() { errc <- sc.Wait(writerDir) }()
+	require.NoError(t, sc.SetDeadline(writerDir, time.Now()))
+	assertDeadline(t, <-errc)
+	require.NoError(t, sc.SetDeadline(writerDir, time.Time{}))
+	go func() { errc <- sc.Wait(writerDir) }()
+	cc.PublishCons(consOf(cdcCursor(0, 0), 0, 0), writerDir)
+	require.NoError(t, <-errc)
+	sc.Retract(writerDir)
+	assert.False(t, sc.Sleeping(writerDir))
+	sc.Announce(writerDir) // a ring from before the announcement does not count
+	assert.True(t, sc.Sleeping(writerDir))
+	require.NoError(t, sc.SetDeadline(writerDir, time.Now().Add(time.Millisecond)))
+	assertDeadline(t, sc.Wait(writerDir))
 }
