@@ -208,16 +208,20 @@ func TestCloseSendsDeleteLink(t *testing.T) {
 	assert.Equal(t, verbs.Counts{}, g.dev.Live())
 }
 
-// TestAddLinkRejected: a one-link client answers the server's ADD_LINK with a reject.
+// TestAddLinkRejected: a one-link client sends the server's ADD_LINK back rejected, with
+// the reason no alternate path.
 func TestAddLinkRejected(t *testing.T) {
 	_, g, p := rawGroup(t, Client, nil)
 	defer g.Close()
 	confirmed(t, g, p)
 	b := make([]byte, 44)
-	b[0], b[1], b[31] = 0x02, 44, 2
+	b[0], b[1], b[31] = 0x02, 44, 2 // ADD_LINK, link 2
+	copy(b[4:10], "MACMAC")
+	copy(b[12:28], "GIDGIDGIDGIDGID!")
+	b[28], b[29], b[30], b[32], b[33], b[34], b[35] = 0, 0x12, 0x34, 3, 0, 0x56, 0x78
 	p.send(t, b)
-	want := make([]byte, 44)
-	want[0], want[1], want[2], want[3], want[31] = 0x02, 44, 0x01, 0xC0, 2
+	want := append([]byte(nil), b...)
+	want[2], want[3] = 0x01, 0xC0 // SMC_LLC_REJ_RSN_NO_ALT_PATH; response, rejected
 	require.Equal(t, want, p.recv(t))
 }
 

@@ -193,13 +193,15 @@ func (g *LinkGroup) handleLLC(msg LLCMessage) {
 		if m.Flags&FlagResp != 0 || g.cfg.Role != Client {
 			return
 		}
-		// One link only: reject, as a kernel client without an alternate path does
-		// (smc_llc_cli_add_link_reject).
-		rej := &AddLink{Version: g.cfg.LLCVersion, Flags: FlagResp | FlagAddLinkReject, LinkNum: m.LinkNum}
-		if g.cfg.LLCVersion == 0 {
+		// One link only: the request comes back rejected, as a kernel client without an
+		// alternate path sends it (smc_llc_cli_add_link_reject).
+		rej := *m
+		rej.Flags |= FlagResp | FlagAddLinkReject
+		rej.Ext = nil
+		if rej.Version == 0 {
 			rej.RejectReason = RejectNoAltPath
 		}
-		g.replyLLC(rej)
+		g.replyLLC(&rej)
 	case *DeleteLink:
 		if m.Flags&FlagResp != 0 {
 			return
