@@ -1,7 +1,10 @@
 package smcloop
 
 import (
+	"bytes"
+	"io"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -32,6 +35,8 @@ func smcrPipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
 type smcrEnv struct {
 	hc, hs *verbstest.Host
 	gc, gs *smcr.LinkGroup
+	mu     sync.Mutex
+	conns  []*Conn // closed by the cleanup
 }
 
 // smcrPair is smcrPipe returning the fabric's hosts and link groups too.
@@ -43,10 +48,16 @@ func smcrPair(t testing.TB, dcfg, lcfg Config) (client, server *Conn, env *smcrE
 // smcrPairWith is smcrPair with the backend settled (see settled) or plain.
 func smcrPairWith(t testing.TB, dcfg, lcfg Config, settle bool) (client, server *Conn, env *smcrEnv) {
 	t.Helper()
-	ds, err := dcfg.resolve()
-	require.NoError(t, err)
-	ls, err := lcfg.resolve()
-	require.NoError(t, err)
+	env = newSMCREnv(t)
+	client, server = env.pair(t, dcfg, lcfg, true, settle)
+	return client, server, env
+}
+
+// newSMCREnv builds two hosts on a fake fabric, a device on each and the link group
+// between them, its link set up as the handshake would. The cleanup closes both groups
+// and devices and checks that every verbs object was released.
+func newSMCREnv(t testing.TB) *smcrEnv {
+	t.Helper()
 	f := verbstest.NewFabric()
 	hc, err := f.NewHost(verbstest.HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 1)})
 	require.NoError(t, err)
@@ -66,24 +77,14 @@ func smcrPairWith(t testing.TB, dcfg, lcfg Config, settle bool) (client, server 
 	go func() { confirmed <- gc.AwaitConfirmLink() }()
 	require.NoError(t, gs.ConfirmLink())
 	require.NoError(t, <-confirmed)
-
-	sc, err := gs.NewConn(smcr.ConnConfig{RMBSize: ls.rmem, FirstContact: true})
-	require.NoError(t, err)
-	cc, err := gc.NewConn(smcr.ConnConfig{RMBSize: ds.rmem, FirstContact: true})
-	require.NoError(t, err)
-	require.NoError(t, cc.Connect(smcrBuffer(sc)))
-	require.NoError(t, sc.Connect(smcrBuffer(cc)))
-
-	a, b := net.Pipe()
-	var cb, sb datapath.Backend = cc, sc
-	if settle {
-		cb, sb = settled{cc}, settled{sc}
-	}
-	client = newBackendConn(&countingConn{Conn: a}, ds, cb, false)
-	server = newBackendConn(&countingConn{Conn: b}, ls, sb, true)
+	env := &smcrEnv{hc: hc, hs: hs, gc: gc, gs: gs}
 	t.Cleanup(func() {
-		client.Close()
-		server.Close()
+		env.mu.Lock()
+		conns := env.conns
+		env.mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
 		gc.Close()
 		gs.Close()
 		assert.Equal(t, verbs.Counts{}, dc.Live(), "client verbs objects left")
@@ -91,7 +92,35 @@ func smcrPairWith(t testing.TB, dcfg, lcfg Config, settle bool) (client, server 
 		assert.NoError(t, dc.Close())
 		assert.NoError(t, dsv.Close())
 	})
-	return client, server, &smcrEnv{hc: hc, hs: hs, gc: gc, gs: gs}
+	return env
+}
+
+// pair makes a connection on the environment's link groups, as a handshake of first
+// contact (the rkeys travel in the CLC) or a later one (CONFIRM_RKEY) would, with a
+// net.Pipe as its liveness channel.
+func (e *smcrEnv) pair(t testing.TB, dcfg, lcfg Config, first, settle bool) (client, server *Conn) {
+	t.Helper()
+	ds, err := dcfg.resolve()
+	require.NoError(t, err)
+	ls, err := lcfg.resolve()
+	require.NoError(t, err)
+	sc, err := e.gs.NewConn(smcr.ConnConfig{RMBSize: ls.rmem, FirstContact: first})
+	require.NoError(t, err)
+	cc, err := e.gc.NewConn(smcr.ConnConfig{RMBSize: ds.rmem, FirstContact: first})
+	require.NoError(t, err)
+	require.NoError(t, cc.Connect(smcrBuffer(sc)))
+	require.NoError(t, sc.Connect(smcrBuffer(cc)))
+	a, b := net.Pipe()
+	var cb, sb datapath.Backend = cc, sc
+	if settle {
+		cb, sb = settled{cc}, settled{sc}
+	}
+	client = newBackendConn(&countingConn{Conn: a}, ds, cb, false)
+	server = newBackendConn(&countingConn{Conn: b}, ls, sb, true)
+	e.mu.Lock()
+	e.conns = append(e.conns, client, server)
+	e.mu.Unlock()
+	return client, server
 }
 
 // settled is an SMC-R connection whose peer cursors are read after its link group's
@@ -194,4 +223,46 @@ func TestSMCRLinkFailureAbortsConn(t *testing.T) {
 	var ne *net.OpError
 	require.ErrorAs(t, r.err, &ne)
 	assert.Equal(t, "read", ne.Op)
+}
+
+// TestSMCRManyConnsOneLinkGroup: eight connections share one link group, its 16 send
+// slots and its receive ring; each moves 1 MiB both ways through 16 KiB RMBs at once, and
+// every byte arrives in order on its own connection. All but the first had their RMBs
+// announced with CONFIRM_RKEY.
+func TestSMCRManyConnsOneLinkGroup(t *testing.T) {
+	env := newSMCREnv(t)
+	const conns, size = 8, 1 << 20
+	cfg := Config{RMem: 16 << 10}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*conns)
+	for i := range conns {
+		a, b := env.pair(t, cfg, cfg, i == 0, false)
+		for k, dir := range [][2]*Conn{{a, b}, {b, a}} {
+			want := pattern(size, byte(2*i+k))
+			w, r := dir[0], dir[1]
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				if _, err := w.Write(want); err != nil {
+					errs <- err
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				got := make([]byte, size)
+				if _, err := io.ReadFull(r, got); err != nil {
+					errs <- err
+				} else if !bytes.Equal(got, want) {
+					errs <- io.ErrUnexpectedEOF
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.NoError(t, env.gc.Err())
+	assert.NoError(t, env.gs.Err())
 }

@@ -15,6 +15,7 @@ var (
 	_ datapath.Backend   = (*Conn)(nil)
 	_ datapath.TxPending = (*Conn)(nil)
 	_ datapath.Failure   = (*Conn)(nil)
+	_ datapath.Settler   = (*Conn)(nil)
 )
 
 // ConnConfig configures a connection of a link group.
@@ -250,20 +251,55 @@ func (c *Conn) write(off, n int) error {
 
 // PublishCons sends a CDC message with the consumer cursor and flags of cons; the peer's
 // goroutine wakes whichever of its sleepers announced itself, so wake needs no bits.
+//
+// A message that carries the close or abort flag is waited for (at most the LLC timeout)
+// until it completed, which on an RC queue pair means it reached the peer's receive
+// queue: the core closes the liveness channel next, and the peer must find the flag
+// when it sees that close (Settle), as it would in shared memory.
 func (c *Conn) PublishCons(cons datapath.Cons, _ datapath.Dir) {
 	c.txMu.Lock()
-	defer c.txMu.Unlock()
 	if c.txErr != nil {
+		c.txMu.Unlock()
 		return
 	}
 	slot, err := c.g.slot()
 	if err != nil {
 		c.txFailLocked(err)
+		c.txMu.Unlock()
 		return
 	}
 	c.lastCons = cons
 	c.sendCDCLocked(slot)
+	c.txMu.Unlock()
+	if cons.ConnFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0 {
+		c.awaitSent()
+	}
 }
+
+// awaitSent waits until every CDC message of the connection completed, at most the LLC
+// timeout, and not after the link went down (smc_cdc_wait_pend_tx_wr).
+func (c *Conn) awaitSent() {
+	if c.pending.Load() == 0 {
+		return
+	}
+	t := time.NewTimer(c.g.cfg.LLCTimeout)
+	defer t.Stop()
+	for c.pending.Load() > 0 {
+		select {
+		case <-c.idle:
+		case <-c.g.downCh:
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// Settle takes in what the peer's link already delivered: it returns once the link
+// group's goroutine has handled every completion queued when it was called
+// (LinkGroup.Sync). The core calls it when the liveness channel closes, before it looks
+// for the peer's close flag (datapath.Settler). It waits for nothing of the peer's.
+func (c *Conn) Settle() { _ = c.g.Sync() }
 
 // sendCDCLocked sends the connection's CDC message from slot with the next sequence
 // number (smc_cdc_msg_send: tx_cdc_seq++). txMu is held.
@@ -400,20 +436,7 @@ func (c *Conn) Close(peerDone bool) {
 	g.mu.Lock()
 	delete(g.conns, c.token)
 	g.mu.Unlock()
-	if c.pending.Load() > 0 {
-		t := time.NewTimer(g.cfg.LLCTimeout)
-	wait:
-		for c.pending.Load() > 0 {
-			select {
-			case <-c.idle:
-			case <-g.downCh:
-				break wait
-			case <-t.C:
-				break wait
-			}
-		}
-		t.Stop()
-	}
+	c.awaitSent()
 	if c.sndMR != nil {
 		c.sndMR.Close()
 		c.sndMem.Close()

@@ -184,3 +184,14 @@ type Failure interface {
 	// Failure is why the data path stopped working, nil while it works.
 	Failure() error
 }
+
+// Settler is implemented by a backend whose peer's publications arrive asynchronously
+// (SMC-R: CDC messages a goroutine takes from a completion queue). The core calls Settle
+// when the liveness channel closes, before it looks for the peer's close flag: the peer
+// published it before closing, and Settle makes what already arrived visible. Settle
+// waits for nothing of the peer's.
+type Settler interface {
+	// Settle returns once what the peer's publications delivered so far is visible to
+	// PeerProd and PeerCons.
+	Settle()
+}
