@@ -181,3 +181,26 @@ func TestWaitFollowsDeadline(t *testing.T) {
 	require.NoError(t, sc.SetDeadline(writerDir, time.Now().Add(time.Millisecond)))
 	assertDeadline(t, sc.Wait(writerDir))
 }
+
+// TestKeepaliveFindsDeadPeer: a link that sends nothing learns of its peer's death from
+// its own keepalive: the TEST_LINK fails (the RC retries run out), the link goes down
+// and its connections abort.
+func TestKeepaliveFindsDeadPeer(t *testing.T) {
+	p := newGroupPair(t, func(r Role, c *GroupConfig) {
+		if r == Client {
+			c.TestLinkInterval = 5 * time.Millisecond
+		}
+	})
+	cc, sc := p.connPair(t, 16<<10, 16<<10, true)
+	p.hs.Kill()
+	awaitDone(t, p.c)
+	require.ErrorIs(t, cc.Err(), ErrLinkDown)
+	var ce *verbs.CompletionError
+	require.ErrorAs(t, p.c.Err(), &ce)
+	assert.Equal(t, verbs.StatusRetryExcErr, ce.Status)
+	assert.NotZero(t, p.c.Stats().TestLinksSent)
+	cc.Close(false)
+	assert.Equal(t, verbs.Counts{}, p.dc.Live())
+	p.s.Close()
+	sc.Close(false)
+}
