@@ -110,7 +110,7 @@ type LinkInfo struct {
 	MTU verbs.MTU
 }
 
-// Stats are a link group's receive-side counters.
+// Stats are a link group's counters of what it received and of its keepalive.
 type Stats struct {
 	CDCsReceived  uint64 // CDC messages delivered to a connection
 	StaleCDCs     uint64 // CDC messages dropped as older than the last one (smc_cdc_before)
@@ -168,13 +168,14 @@ type LinkGroup struct {
 	memUsers  int                  // RMBs and send buffers whose regions are open
 	torn      bool                 // the link's objects are closed; the PD goes with the last region
 
+	statsMu sync.Mutex
+	stats   Stats // guarded by statsMu
+
 	// Owned by the goroutine.
 	lastRx  time.Time
 	testOut bool
 	testDue time.Time
 	testSeq uint64
-	stats   Stats
-	statsMu sync.Mutex
 	wcs     []verbs.WC
 }
 
@@ -278,7 +279,7 @@ func (g *LinkGroup) Local() LinkInfo {
 // QPN is the local queue pair number.
 func (g *LinkGroup) QPN() uint32 { return g.qp.QPN() }
 
-// Stats returns the receive-side counters.
+// Stats returns the group's counters.
 func (g *LinkGroup) Stats() Stats {
 	g.statsMu.Lock()
 	defer g.statsMu.Unlock()

@@ -530,3 +530,25 @@ func TestLinkFailureAbortsEveryConn(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerRMBTooSmall: a peer whose CLC claims a larger RMB than it registered makes our
+// RDMA WRITE past its region fail at its device (a remote access error): the link goes
+// down with that completion error and every connection aborts, nothing is written out
+// of bounds, nothing hangs.
+func TestPeerRMBTooSmall(t *testing.T) {
+	_, g, p := rawGroup(t, Server, nil)
+	confirmed(t, g, p)
+	c, err := g.NewConn(ConnConfig{RMBSize: 16 << 10, FirstContact: true})
+	require.NoError(t, err)
+	claim := p.rmb(3)
+	claim.Size = 32 << 10 // the region ends 16 KiB after its start
+	require.NoError(t, c.Connect(claim))
+	c.PushProd(cdcCursor(0, 20<<10+10), 20<<10, 10)
+	awaitDone(t, g)
+	var ce *verbs.CompletionError
+	require.ErrorAs(t, g.Err(), &ce)
+	assert.Equal(t, verbs.StatusRemAccessErr, ce.Status)
+	assert.ErrorIs(t, c.Err(), ErrLinkDown)
+	c.Close(false)
+	assert.Equal(t, verbs.Counts{}, g.dev.Live())
+}
