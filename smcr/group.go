@@ -517,10 +517,11 @@ func (g *LinkGroup) run() {
 }
 
 // Sync waits until the group's goroutine has handled every completion that was queued
-// when Sync was called. On a fabric that receives a SEND when it is posted (package
-// verbstest), every message the peer sent before the call is then delivered: a test
-// can read the peer's cursors as SMC-D shows them, at once. It fails with the link's
-// error once the link is down.
+// when Sync was called, so that what those messages carried is visible (Conn.Settle uses
+// it when the liveness channel closes). It waits for nothing of the peer's. On a fabric
+// that receives a SEND when it is posted (package verbstest) that is every message the
+// peer sent before the call, so a test can read the peer's cursors as SMC-D shows them,
+// at once. It fails with the link's error once the link is down.
 func (g *LinkGroup) Sync() error {
 	if !g.started.Load() {
 		return nil
