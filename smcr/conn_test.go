@@ -204,3 +204,27 @@ func TestKeepaliveFindsDeadPeer(t *testing.T) {
 	p.s.Close()
 	sc.Close(false)
 }
+
+// TestLLCVersion2Group: a link group of SMC-Rv2 speaks version 2 LLC messages through
+// link setup, rkeys and teardown, with the same results.
+func TestLLCVersion2Group(t *testing.T) {
+	p := newGroupPair(t, func(_ Role, c *GroupConfig) { c.LLCVersion = LLCVersion2; c.MaxFreeRMBs = -1 })
+	cc, sc := p.connPair(t, 16<<10, 16<<10, true)
+	cc2, sc2 := p.connPair(t, 16<<10, 16<<10, false) // CONFIRM_RKEY v2 both ways
+	copy(cc2.TxBuf(), "v2")
+	cc2.PushProd(cdcCursor(0, 2), 0, 2)
+	require.NoError(t, p.s.Sync())
+	assert.Equal(t, "v2", string(sc2.RxRing()[:2]))
+	for _, c := range []*Conn{cc2, sc2} {
+		c.Close(true) // DELETE_RKEY v2: no pool
+	}
+	assert.Len(t, peerKeys(p.c), 1, "the first connection's rkey only")
+	assert.Len(t, peerKeys(p.s), 1)
+	p.c.Close() // DELETE_LINK v2
+	awaitDone(t, p.s)
+	var le *LinkError
+	require.ErrorAs(t, p.s.Err(), &le)
+	assert.Equal(t, DelOpInitTerm, le.Reason)
+	cc.Close(false)
+	sc.Close(false)
+}

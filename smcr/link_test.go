@@ -552,3 +552,59 @@ func TestPeerRMBTooSmall(t *testing.T) {
 	c.Close(false)
 	assert.Equal(t, verbs.Counts{}, g.dev.Live())
 }
+
+// TestCDCOrderUnderConcurrency: a writer's PushProd and a reader's PublishCons on two
+// goroutines share the connection's sequence numbers; they reach the peer in order,
+// each message carrying the other side's latest cursor, and none is stale.
+func TestCDCOrderUnderConcurrency(t *testing.T) {
+	_, g, p := rawGroup(t, Client, nil)
+	defer g.Close()
+	confirmed(t, g, p)
+	c, err := g.NewConn(ConnConfig{RMBSize: 16 << 10, FirstContact: true})
+	require.NoError(t, err)
+	defer c.Close(true)
+	require.NoError(t, c.Connect(p.rmb(5)))
+	const n = 12 // both together stay within the peer's posted receives
+	done := make(chan struct{}, 2)
+	go func() {
+		for i := 1; i <= n; i++ {
+			c.PushProd(cdcCursor(0, uint32(i)), i-1, 1)
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		for i := 1; i <= n; i++ {
+			c.PublishCons(consOf(cdcCursor(0, uint32(100+i)), 0, 0), readerDir)
+		}
+		done <- struct{}{}
+	}()
+	var lastProd, lastCons uint32
+	for seq := 1; seq <= 2*n; seq++ {
+		m, err := ParseCDC(p.recv(t))
+		require.NoError(t, err)
+		require.Equal(t, uint16(seq), m.Seq, "in sequence")
+		require.Equal(t, uint32(5), m.Token)
+		require.GreaterOrEqual(t, m.Prod.Count, lastProd)
+		require.GreaterOrEqual(t, m.Cons.Count, lastCons)
+		lastProd, lastCons = m.Prod.Count, m.Cons.Count
+	}
+	<-done
+	<-done
+	assert.Equal(t, uint32(n), lastProd)
+	assert.Equal(t, uint32(100+n), lastCons)
+}
+
+// TestCDCFlagsReceived: the flags of a peer's CDC message reach PeerCons as sent.
+func TestCDCFlagsReceived(t *testing.T) {
+	_, g, p := rawGroup(t, Client, nil)
+	defer g.Close()
+	confirmed(t, g, p)
+	c, err := g.NewConn(ConnConfig{RMBSize: 16 << 10, FirstContact: true})
+	require.NoError(t, err)
+	defer c.Close(true)
+	require.NoError(t, c.Connect(p.rmb(5)))
+	p.send(t, cdcBytes(1, c.Token(), 2, 300, 1, 200, byte(cdc.WriteBlocked|cdc.ConsCursUpdReq), byte(cdc.PeerDoneWriting)))
+	require.NoError(t, g.Sync())
+	assert.Equal(t, cdcCursor(2, 300), c.PeerProd())
+	assert.Equal(t, consOf(cdcCursor(1, 200), byte(cdc.WriteBlocked|cdc.ConsCursUpdReq), byte(cdc.PeerDoneWriting)), c.PeerCons())
+}
