@@ -139,6 +139,9 @@ type LinkGroup struct {
 	qp       verbs.QP
 	txMem    *verbs.Mem // SendSlots buffers of WRBufSize
 	rxMem    *verbs.Mem // RecvBufs buffers of WRBufSize
+	rxV2Mem  *verbs.Mem // v2 link groups: the one receive buffer of long LLC messages
+	rxV2MR   verbs.MR
+	rxLong   []byte // a long message made contiguous (the goroutine's)
 	txMR     verbs.MR
 	rxMR     verbs.MR
 	psn      uint32
@@ -232,7 +235,7 @@ func (d *Device) NewLinkGroup(cfg GroupConfig) (_ *LinkGroup, err error) {
 		return nil, fmt.Errorf("smcr: recv CQ: %w", err)
 	}
 	g.qp, err = g.pd.CreateQP(verbs.QPConfig{SendCQ: g.scq, RecvCQ: g.rcq, Cap: verbs.QPCap{
-		MaxSendWR: maxSendWR, MaxRecvWR: RecvBufs, MaxSendSGE: 2, MaxRecvSGE: 1,
+		MaxSendWR: maxSendWR, MaxRecvWR: RecvBufs, MaxSendSGE: 2, MaxRecvSGE: 2,
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("smcr: %w", err)
@@ -248,6 +251,15 @@ func (d *Device) NewLinkGroup(cfg GroupConfig) (_ *LinkGroup, err error) {
 	}
 	if g.rxMR, err = g.pd.RegMR(g.rxMem, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("smcr: receive buffers: %w", err)
+	}
+	if cfg.LLCVersion == LLCVersion2 {
+		if g.rxV2Mem, err = verbs.NewMem(LLCMaxLenV2); err != nil {
+			return nil, fmt.Errorf("smcr: v2 receive buffer: %w", err)
+		}
+		if g.rxV2MR, err = g.pd.RegMR(g.rxV2Mem, verbs.AccessLocalWrite); err != nil {
+			return nil, fmt.Errorf("smcr: v2 receive buffer: %w", err)
+		}
+		g.rxLong = make([]byte, LLCMaxLenV2)
 	}
 	if err = g.qp.Init(verbs.InitAttr{Port: d.port, Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}); err != nil {
 		return nil, fmt.Errorf("smcr: %w", err)
@@ -337,11 +349,18 @@ func (g *LinkGroup) Connect(peer LinkInfo) error {
 	return nil
 }
 
-// postRecv posts receive buffer i (smc_wr_rx_post).
+// postRecv posts receive buffer i (smc_wr_rx_post). In a v2 link group the work request
+// has two entries (smc_wr_init_sge): the first 44 bytes go to the buffer, the rest of a
+// long LLC message to the group's one v2 buffer from offset 44, which the goroutine joins
+// (LLC flows run one at a time, so one v2 buffer serves every receive).
 func (g *LinkGroup) postRecv(i int) error {
-	return g.qp.PostRecv(&verbs.RecvWR{ID: uint64(i) + 1, SGE: []verbs.SGE{{
-		Addr: g.rxMR.Addr() + uint64(i*WRBufSize), Length: WRBufSize, LKey: g.rxMR.LKey(),
-	}}})
+	slot := verbs.SGE{Addr: g.rxMR.Addr() + uint64(i*WRBufSize), Length: WRBufSize, LKey: g.rxMR.LKey()}
+	if g.rxV2MR == nil {
+		return g.qp.PostRecv(&verbs.RecvWR{ID: uint64(i) + 1, SGE: []verbs.SGE{slot}})
+	}
+	slot.Length = LLCLen
+	long := verbs.SGE{Addr: g.rxV2MR.Addr() + LLCLen, Length: LLCMaxLenV2 - LLCLen, LKey: g.rxV2MR.LKey()}
+	return g.qp.PostRecv(&verbs.RecvWR{ID: uint64(i) + 1, SGE: []verbs.SGE{slot, long}})
 }
 
 // slot takes a free send slot, waiting at most SlotWait; it fails when the link is down
@@ -599,6 +618,12 @@ func (g *LinkGroup) pollRecv() {
 			g.lastRx = time.Now()
 			ln := min(int(wc.ByteLen), WRBufSize)
 			msg := g.rxMem.Bytes()[i*WRBufSize : i*WRBufSize+ln]
+			if g.rxV2MR != nil && wc.ByteLen > LLCLen {
+				ln = min(int(wc.ByteLen), LLCMaxLenV2)
+				copy(g.rxLong, msg[:LLCLen])
+				copy(g.rxLong[LLCLen:ln], g.rxV2Mem.Bytes()[LLCLen:ln])
+				msg = g.rxLong[:ln]
+			}
 			g.handle(msg)
 			if g.Err() == nil {
 				if err := g.postRecv(i); err != nil {
@@ -808,12 +833,12 @@ func (g *LinkGroup) release() {
 	if g.ch != nil {
 		g.ch.Close()
 	}
-	for _, m := range []verbs.MR{g.txMR, g.rxMR} {
+	for _, m := range []verbs.MR{g.txMR, g.rxMR, g.rxV2MR} {
 		if m != nil {
 			m.Close()
 		}
 	}
-	for _, m := range []*verbs.Mem{g.txMem, g.rxMem} {
+	for _, m := range []*verbs.Mem{g.txMem, g.rxMem, g.rxV2Mem} {
 		if m != nil {
 			m.Close()
 		}

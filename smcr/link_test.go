@@ -608,3 +608,31 @@ func TestCDCFlagsReceived(t *testing.T) {
 	assert.Equal(t, cdcCursor(2, 300), c.PeerProd())
 	assert.Equal(t, consOf(cdcCursor(1, 200), byte(cdc.WriteBlocked|cdc.ConsCursUpdReq), byte(cdc.PeerDoneWriting)), c.PeerCons())
 }
+
+// TestLongLLCv2: in a v2 link group a long LLC message (an ADD_LINK with its v2
+// extension, 72 bytes) arrives in two receive entries and is read joined; the client
+// sends it back rejected in 44 bytes, and the link lives on.
+func TestLongLLCv2(t *testing.T) {
+	_, g, p := rawGroup(t, Client, func(c *GroupConfig) { c.LLCVersion = LLCVersion2 })
+	defer g.Close()
+	confirmed(t, g, p)
+	req := &AddLink{Version: LLCVersion2, LinkNum: 2, QPN: 0x1234, PSN: 0x5678, QPMTU: 3,
+		Ext: &AddLinkExt{TargetGID: [16]byte{0xfe, 0x80}, NumRKeys: 1, RKeys: []RKeyPair{{RKey: 1, RKeyNew: 2, VAddrNew: 3}}}}
+	b, err := req.Append(nil)
+	require.NoError(t, err)
+	require.Len(t, b, 88)
+	require.Equal(t, []byte{0x22, 88, 0}, b[:3], "type 0x22, length_v2 88 little-endian")
+	p.send(t, b)
+	want := append([]byte(nil), b[:44]...)
+	want[1], want[2], want[3] = 44, 0, 0xC0
+	require.Equal(t, want, p.recv(t))
+	assert.Zero(t, g.Stats().Malformed)
+
+	// The link still works: a TEST_LINK is answered.
+	tl := make([]byte, 44)
+	tl[0], tl[1] = 0x27, 44
+	p.send(t, tl)
+	tl[3] = 0x80
+	require.Equal(t, tl, p.recv(t))
+	assert.NoError(t, g.Err())
+}
