@@ -126,6 +126,19 @@ func (c *Conn) isSMC() bool { return c.backend != nil }
 // CLC socket tcp (the liveness channel; the handshake's leftover bytes, if any, are in
 // tcp.pending). The ring sizes are b's. It publishes what b must publish first and sets
 // up the send window; the caller aborts the connection if the handshake left bytes.
+func newBackendConn(tcp *countingConn, cfg *settings, b datapath.Backend, server bool) *Conn {
+	b.Start()
+	c := &Conn{
+		tcp: tcp, cfg: cfg, network: tcp.LocalAddr().Network(), backend: b,
+		clcBytesSent: tcp.sent.Load(), clcBytesRecv: tcp.recv.Load() - uint64(len(tcp.pending)),
+		server: server,
+	}
+	c.ctl.state = StateActive
+	c.rx.size, c.tx.size = len(b.RxRing()), len(b.TxBuf())
+	c.initWindow()
+	return c
+}
+
 // peerReset is the error of a connection whose peer aborted it: ErrPeerReset, wrapping
 // why the data path failed when the backend knows (datapath.Failure: an SMC-R link that
 // went down), so errors.Is matches both.
@@ -143,19 +156,6 @@ func (c *Conn) peerReset() error {
 func (c *Conn) txPending() bool {
 	tp, ok := c.backend.(datapath.TxPending)
 	return ok && tp.TxPending()
-}
-
-func newBackendConn(tcp *countingConn, cfg *settings, b datapath.Backend, server bool) *Conn {
-	b.Start()
-	c := &Conn{
-		tcp: tcp, cfg: cfg, network: tcp.LocalAddr().Network(), backend: b,
-		clcBytesSent: tcp.sent.Load(), clcBytesRecv: tcp.recv.Load() - uint64(len(tcp.pending)),
-		server: server,
-	}
-	c.ctl.state = StateActive
-	c.rx.size, c.tx.size = len(b.RxRing()), len(b.TxBuf())
-	c.initWindow()
-	return c
 }
 
 // connTestHooks change how one connection works, for tests of paths that are otherwise
