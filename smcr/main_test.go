@@ -37,6 +37,6 @@ func lingering() string {
 		if len(left) == 0 || time.Now().After(end) {
 			return strings.Join(left, "\n\n")
 		}
-		time.Sleep(10 * time.Millisecond)
+		runtime.Gosched()
 	}
 }
