@@ -228,3 +228,51 @@ func TestLLCVersion2Group(t *testing.T) {
 	cc.Close(false)
 	sc.Close(false)
 }
+
+// TestCloseUnderLoad: a link group closed while its connections push and publish on
+// other goroutines ends cleanly: every sender stops with the link's error, nothing
+// touches a released buffer (the race detector and the fabric check), and every verbs
+// object is released.
+func TestCloseUnderLoad(t *testing.T) {
+	p := newGroupPair(t, nil)
+	var cs, ss []*Conn
+	for i := range 4 {
+		cc, sc := p.connPair(t, 16<<10, 16<<10, i == 0)
+		cs, ss = append(cs, cc), append(ss, sc)
+	}
+	stop := make(chan struct{}, 2*len(cs))
+	for i := range cs {
+		for _, c := range []*Conn{cs[i], ss[i]} {
+			go func() {
+				defer func() { stop <- struct{}{} }()
+				for k := uint32(1); c.Err() == nil; k++ {
+					c.PushProd(cdcCursor(0, k%(16<<10)), int(k%(16<<10)), 0)
+					c.PublishCons(consOf(cdcCursor(0, 0), 0, 0), readerDir)
+				}
+			}()
+		}
+	}
+	newConns := make(chan error, 1)
+	go func() { // a connection being made meanwhile
+		var err error
+		for err == nil {
+			var c *Conn
+			if c, err = p.c.NewConn(ConnConfig{RMBSize: 16 << 10}); err == nil {
+				c.Close(true)
+			}
+		}
+		newConns <- err
+	}()
+	p.c.Close()
+	for range 2 * len(cs) {
+		<-stop
+	}
+	require.ErrorIs(t, <-newConns, ErrLinkDown)
+	awaitDone(t, p.s)
+	for _, c := range append(cs, ss...) {
+		assert.ErrorIs(t, c.Err(), ErrLinkDown)
+		c.Close(false)
+	}
+	assert.Equal(t, verbs.Counts{}, p.dc.Live())
+	assert.Equal(t, verbs.Counts{}, p.ds.Live())
+}
