@@ -266,3 +266,21 @@ func TestSMCRManyConnsOneLinkGroup(t *testing.T) {
 	assert.NoError(t, env.gc.Err())
 	assert.NoError(t, env.gs.Err())
 }
+
+// TestSMCRHostileCursor: a producer cursor out of the ring, sent as a real CDC message by
+// the peer's link, aborts the connection with ErrProtocol; the peer is told
+// (peer_conn_abort) and the RMB is not kept for reuse.
+func TestSMCRHostileCursor(t *testing.T) {
+	a, b, env := smcrPair(t, Config{}, Config{})
+	defer a.Close()
+	raw := a.backend.(settled).Conn
+	raw.PushProd(cdc.Cursor{Count: uint32(b.rx.size) + 1}, 0, 0) // no legal peer sends this
+	_, err := b.Read(make([]byte, 1))
+	require.ErrorIs(t, err, ErrProtocol)
+	var ce *cdc.CursorError
+	require.ErrorAs(t, err, &ce)
+	assert.NotZero(t, a.backend.PeerCons().ConnFlags&cdc.PeerConnAbort, "the peer was told")
+	require.NoError(t, b.Close())
+	assert.Zero(t, env.gs.FreeRMBs(), "the RMB of a violated connection is not reused")
+	assert.NoError(t, env.gs.Err(), "the link group lives on")
+}
