@@ -97,6 +97,15 @@ func TestConfirmLinkRejected(t *testing.T) {
 		require.ErrorIs(t, err, ErrTimeout)
 		assert.False(t, g.Active())
 	})
+	t.Run("no request", func(t *testing.T) {
+		_, g, _ := rawGroup(t, Client, func(c *GroupConfig) { c.LLCTimeout = 10 * time.Millisecond })
+		defer g.Close()
+		start := time.Now()
+		err := g.AwaitConfirmLink()
+		require.ErrorIs(t, err, ErrTimeout)
+		assert.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond, "twice the LLC timeout")
+		assert.False(t, g.Active())
+	})
 	t.Run("no RMBE eyecatcher flag", func(t *testing.T) {
 		_, g, p := rawGroup(t, Client, nil)
 		defer g.Close()
