@@ -691,6 +691,12 @@ func (g *LinkGroup) tick() {
 	if g.cfg.TestLinkInterval < 0 || now.Before(g.lastRx.Add(g.cfg.TestLinkInterval)) {
 		return
 	}
+	if !g.Active() {
+		// The keepalive runs on an active link only (smc_llc_link_active starts it):
+		// look again one interval on.
+		g.lastRx = now
+		return
+	}
 	g.testSeq++
 	m := &TestLink{Version: g.cfg.LLCVersion}
 	binary.BigEndian.PutUint64(m.UserData[8:], g.testSeq)

@@ -645,3 +645,17 @@ func TestLongLLCv2(t *testing.T) {
 	require.Equal(t, tl, p.recv(t))
 	assert.NoError(t, g.Err())
 }
+
+// TestNoKeepaliveBeforeConfirm: a link whose setup has not completed sends no TEST_LINK;
+// once CONFIRM_LINK made it active, its keepalive runs.
+func TestNoKeepaliveBeforeConfirm(t *testing.T) {
+	_, g, p := rawGroup(t, Client, func(c *GroupConfig) { c.TestLinkInterval = time.Millisecond })
+	defer g.Close()
+	// What is tested is that time passes without a TEST_LINK: twenty intervals.
+	<-time.After(20 * time.Millisecond)
+	require.NoError(t, g.Sync())
+	assert.Zero(t, g.Stats().TestLinksSent)
+	confirmed(t, g, p)
+	req := p.recv(t)
+	assert.Equal(t, byte(0x07), req[0], "TEST_LINK once active")
+}
