@@ -1,7 +1,11 @@
 package smcloop
 
 import (
+	"bytes"
+	"io"
 	"net"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -31,6 +35,8 @@ func smcrPipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
 type smcrEnv struct {
 	hc, hs *verbstest.Host
 	gc, gs *smcr.LinkGroup
+	mu     sync.Mutex
+	conns  []*Conn // closed by the cleanup
 }
 
 // smcrPair is smcrPipe returning the fabric's hosts and link groups too.
@@ -42,10 +48,16 @@ func smcrPair(t testing.TB, dcfg, lcfg Config) (client, server *Conn, env *smcrE
 // smcrPairWith is smcrPair with the backend settled (see settled) or plain.
 func smcrPairWith(t testing.TB, dcfg, lcfg Config, settle bool) (client, server *Conn, env *smcrEnv) {
 	t.Helper()
-	ds, err := dcfg.resolve()
-	require.NoError(t, err)
-	ls, err := lcfg.resolve()
-	require.NoError(t, err)
+	env = newSMCREnv(t)
+	client, server = env.pair(t, dcfg, lcfg, true, settle)
+	return client, server, env
+}
+
+// newSMCREnv builds two hosts on a fake fabric, a device on each and the link group
+// between them, its link set up as the handshake would. The cleanup closes both groups
+// and devices and checks that every verbs object was released.
+func newSMCREnv(t testing.TB) *smcrEnv {
+	t.Helper()
 	f := verbstest.NewFabric()
 	hc, err := f.NewHost(verbstest.HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 1)})
 	require.NoError(t, err)
@@ -65,24 +77,14 @@ func smcrPairWith(t testing.TB, dcfg, lcfg Config, settle bool) (client, server 
 	go func() { confirmed <- gc.AwaitConfirmLink() }()
 	require.NoError(t, gs.ConfirmLink())
 	require.NoError(t, <-confirmed)
-
-	sc, err := gs.NewConn(smcr.ConnConfig{RMBSize: ls.rmem, FirstContact: true})
-	require.NoError(t, err)
-	cc, err := gc.NewConn(smcr.ConnConfig{RMBSize: ds.rmem, FirstContact: true})
-	require.NoError(t, err)
-	require.NoError(t, cc.Connect(smcrBuffer(sc)))
-	require.NoError(t, sc.Connect(smcrBuffer(cc)))
-
-	a, b := net.Pipe()
-	var cb, sb datapath.Backend = cc, sc
-	if settle {
-		cb, sb = settled{cc}, settled{sc}
-	}
-	client = newBackendConn(&countingConn{Conn: a}, ds, cb, false)
-	server = newBackendConn(&countingConn{Conn: b}, ls, sb, true)
+	env := &smcrEnv{hc: hc, hs: hs, gc: gc, gs: gs}
 	t.Cleanup(func() {
-		client.Close()
-		server.Close()
+		env.mu.Lock()
+		conns := env.conns
+		env.mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
 		gc.Close()
 		gs.Close()
 		assert.Equal(t, verbs.Counts{}, dc.Live(), "client verbs objects left")
@@ -90,7 +92,35 @@ func smcrPairWith(t testing.TB, dcfg, lcfg Config, settle bool) (client, server 
 		assert.NoError(t, dc.Close())
 		assert.NoError(t, dsv.Close())
 	})
-	return client, server, &smcrEnv{hc: hc, hs: hs, gc: gc, gs: gs}
+	return env
+}
+
+// pair makes a connection on the environment's link groups, as a handshake of first
+// contact (the rkeys travel in the CLC) or a later one (CONFIRM_RKEY) would, with a
+// net.Pipe as its liveness channel.
+func (e *smcrEnv) pair(t testing.TB, dcfg, lcfg Config, first, settle bool) (client, server *Conn) {
+	t.Helper()
+	ds, err := dcfg.resolve()
+	require.NoError(t, err)
+	ls, err := lcfg.resolve()
+	require.NoError(t, err)
+	sc, err := e.gs.NewConn(smcr.ConnConfig{RMBSize: ls.rmem, FirstContact: first})
+	require.NoError(t, err)
+	cc, err := e.gc.NewConn(smcr.ConnConfig{RMBSize: ds.rmem, FirstContact: first})
+	require.NoError(t, err)
+	require.NoError(t, cc.Connect(smcrBuffer(sc)))
+	require.NoError(t, sc.Connect(smcrBuffer(cc)))
+	a, b := net.Pipe()
+	var cb, sb datapath.Backend = cc, sc
+	if settle {
+		cb, sb = settled{cc}, settled{sc}
+	}
+	client = newBackendConn(&countingConn{Conn: a}, ds, cb, false)
+	server = newBackendConn(&countingConn{Conn: b}, ls, sb, true)
+	e.mu.Lock()
+	e.conns = append(e.conns, client, server)
+	e.mu.Unlock()
+	return client, server
 }
 
 // settled is an SMC-R connection whose peer cursors are read after its link group's
@@ -158,4 +188,99 @@ func TestNettestSMCRFake(t *testing.T) {
 		assert.Equal(t, "SMCR", a.Mode())
 		return a, b, func() { a.Close(); b.Close() }, nil
 	})
+}
+
+// TestSMCRLinkFailureAbortsConn: when the link fails under a connection, a Read blocked
+// on it returns instead of hanging, and so does the next Write, with ErrPeerReset
+// (ECONNRESET) wrapping the link's *smcr.LinkError.
+func TestSMCRLinkFailureAbortsConn(t *testing.T) {
+	a, b, env := smcrPair(t, Config{}, Config{})
+	defer a.Close()
+	defer b.Close()
+	_, err := a.Write([]byte("before"))
+	require.NoError(t, err)
+	require.Equal(t, []byte("before"), readN(t, b, 6))
+
+	rd := goReadInto(b, make([]byte, 8))
+	awaitSleep(t, b, datapath.Reader)
+	require.NoError(t, env.hc.FailQP(env.gc.QPN()))
+	_, err = a.Write([]byte("lost")) // meets the failed queue pair: the client's link goes down
+	if err == nil {
+		_, err = a.Write([]byte("lost"))
+	}
+	require.ErrorIs(t, err, ErrPeerReset)
+	require.ErrorIs(t, err, syscall.ECONNRESET)
+	require.ErrorIs(t, err, smcr.ErrLinkDown, "the link's error, wrapped")
+	var le *smcr.LinkError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, smcr.DelLostPath, le.Reason)
+
+	// The server's link learns at its next send: the keepalive's, or here a write.
+	_, _ = b.Write([]byte("x"))
+	r := await(t, rd, "the Read on a failed link")
+	require.ErrorIs(t, r.err, ErrPeerReset)
+	require.ErrorIs(t, r.err, smcr.ErrLinkDown)
+	var ne *net.OpError
+	require.ErrorAs(t, r.err, &ne)
+	assert.Equal(t, "read", ne.Op)
+}
+
+// TestSMCRManyConnsOneLinkGroup: eight connections share one link group, its 16 send
+// slots and its receive ring; each moves 1 MiB both ways through 16 KiB RMBs at once, and
+// every byte arrives in order on its own connection. All but the first had their RMBs
+// announced with CONFIRM_RKEY.
+func TestSMCRManyConnsOneLinkGroup(t *testing.T) {
+	env := newSMCREnv(t)
+	const conns, size = 8, 1 << 20
+	cfg := Config{RMem: 16 << 10}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*conns)
+	for i := range conns {
+		a, b := env.pair(t, cfg, cfg, i == 0, false)
+		for k, dir := range [][2]*Conn{{a, b}, {b, a}} {
+			want := pattern(size, byte(2*i+k))
+			w, r := dir[0], dir[1]
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				if _, err := w.Write(want); err != nil {
+					errs <- err
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				got := make([]byte, size)
+				if _, err := io.ReadFull(r, got); err != nil {
+					errs <- err
+				} else if !bytes.Equal(got, want) {
+					errs <- io.ErrUnexpectedEOF
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.NoError(t, env.gc.Err())
+	assert.NoError(t, env.gs.Err())
+}
+
+// TestSMCRHostileCursor: a producer cursor out of the ring, sent as a real CDC message by
+// the peer's link, aborts the connection with ErrProtocol; the peer is told
+// (peer_conn_abort) and the RMB is not kept for reuse.
+func TestSMCRHostileCursor(t *testing.T) {
+	a, b, env := smcrPair(t, Config{}, Config{})
+	defer a.Close()
+	raw := a.backend.(settled).Conn
+	raw.PushProd(cdc.Cursor{Count: uint32(b.rx.size) + 1}, 0, 0) // no legal peer sends this
+	_, err := b.Read(make([]byte, 1))
+	require.ErrorIs(t, err, ErrProtocol)
+	var ce *cdc.CursorError
+	require.ErrorAs(t, err, &ce)
+	assert.NotZero(t, a.backend.PeerCons().ConnFlags&cdc.PeerConnAbort, "the peer was told")
+	require.NoError(t, b.Close())
+	assert.Zero(t, env.gs.FreeRMBs(), "the RMB of a violated connection is not reused")
+	assert.NoError(t, env.gs.Err(), "the link group lives on")
 }

@@ -261,9 +261,6 @@ func (c *Conn) Close() error {
 			tc.SetLinger(0)
 		}
 	}
-	if s, ok := c.backend.(datapath.Settler); ok {
-		s.Flush() // the close flags have reached the peer's device before the EOF leaves
-	}
 	c.tcp.Close() // after the close flags: the peer learns of the close before the EOF
 	c.unwatch()
 	c.ctl.mu.Lock()

@@ -14,6 +14,7 @@ import (
 var (
 	_ datapath.Backend   = (*Conn)(nil)
 	_ datapath.TxPending = (*Conn)(nil)
+	_ datapath.Failure   = (*Conn)(nil)
 	_ datapath.Settler   = (*Conn)(nil)
 )
 
@@ -72,7 +73,8 @@ type Conn struct {
 	peerCons datapath.Cons
 	failed   error // the link's *LinkError: the connection is aborted
 
-	pending   atomic.Int32 // CDC messages posted and not completed (cdc_pend_tx_wr)
+	pending   atomic.Int32  // CDC messages posted and not completed (cdc_pend_tx_wr)
+	idle      chan struct{} // capacity 1: pending dropped to zero
 	sleeping  atomic.Uint32
 	ringsSent atomic.Uint64
 	sleeps    atomic.Uint64
@@ -90,7 +92,7 @@ func (g *LinkGroup) NewConn(cfg ConnConfig) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{g: g, cfg: cfg, rmb: r, rx: newBell(), wx: newBell()}
+	c := &Conn{g: g, cfg: cfg, rmb: r, rx: newBell(), wx: newBell(), idle: make(chan struct{}, 1)}
 	g.mu.Lock()
 	if g.down != nil {
 		err := g.down
@@ -123,6 +125,9 @@ func (c *Conn) Err() error {
 	return c.failed
 }
 
+// Failure is Err, for the connection core (datapath.Failure).
+func (c *Conn) Failure() error { return c.Err() }
+
 // Connect completes the connection with the peer's side as its CLC message names it.
 // The rkey must be one the peer confirmed (CONFIRM_RKEY), or travel in the first
 // contact's CLC; the size must be an RMBE size. A violation is a *PeerError (ErrProtocol).
@@ -131,17 +136,28 @@ func (c *Conn) Connect(p PeerBuffer) error {
 	if err := c.g.peerRMB(p.RKey, p.Addr, p.Size, c.cfg.FirstContact); err != nil {
 		return err
 	}
+	if c.sndMR != nil {
+		return fmt.Errorf("smcr: connection connected already")
+	}
+	g := c.g
+	g.mu.Lock()
+	if g.down != nil {
+		err := g.down
+		g.mu.Unlock()
+		return err
+	}
+	g.memUsers++ // keeps the PD
+	pd := g.pd
+	g.mu.Unlock()
 	mem, err := verbs.NewMem(p.Size)
 	if err != nil {
+		g.memDone()
 		return fmt.Errorf("smcr: send buffer: %w", err)
 	}
-	c.g.mu.Lock()
-	c.g.memUsers++
-	c.g.mu.Unlock()
-	mr, err := c.g.pd.RegMR(mem, verbs.AccessLocalWrite)
+	mr, err := pd.RegMR(mem, verbs.AccessLocalWrite)
 	if err != nil {
 		mem.Close()
-		c.g.memDone()
+		g.memDone()
 		return fmt.Errorf("smcr: send buffer: %w", err)
 	}
 	c.peer, c.sndMem, c.sndMR, c.sndbuf = p, mem, mr, mem.Bytes()[:p.Size]
@@ -235,20 +251,55 @@ func (c *Conn) write(off, n int) error {
 
 // PublishCons sends a CDC message with the consumer cursor and flags of cons; the peer's
 // goroutine wakes whichever of its sleepers announced itself, so wake needs no bits.
+//
+// A message that carries the close or abort flag is waited for (at most the LLC timeout)
+// until it completed, which on an RC queue pair means it reached the peer's receive
+// queue: the core closes the liveness channel next, and the peer must find the flag
+// when it sees that close (Settle), as it would in shared memory.
 func (c *Conn) PublishCons(cons datapath.Cons, _ datapath.Dir) {
 	c.txMu.Lock()
-	defer c.txMu.Unlock()
 	if c.txErr != nil {
+		c.txMu.Unlock()
 		return
 	}
 	slot, err := c.g.slot()
 	if err != nil {
 		c.txFailLocked(err)
+		c.txMu.Unlock()
 		return
 	}
 	c.lastCons = cons
 	c.sendCDCLocked(slot)
+	c.txMu.Unlock()
+	if cons.ConnFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0 {
+		c.awaitSent()
+	}
 }
+
+// awaitSent waits until every CDC message of the connection completed, at most the LLC
+// timeout, and not after the link went down (smc_cdc_wait_pend_tx_wr).
+func (c *Conn) awaitSent() {
+	if c.pending.Load() == 0 {
+		return
+	}
+	t := time.NewTimer(c.g.cfg.LLCTimeout)
+	defer t.Stop()
+	for c.pending.Load() > 0 {
+		select {
+		case <-c.idle:
+		case <-c.g.downCh:
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// Settle takes in what the peer's link already delivered: it returns once the link
+// group's goroutine has handled every completion queued when it was called
+// (LinkGroup.Sync). The core calls it when the liveness channel closes, before it looks
+// for the peer's close flag (datapath.Settler). It waits for nothing of the peer's.
+func (c *Conn) Settle() { _ = c.g.Sync() }
 
 // sendCDCLocked sends the connection's CDC message from slot with the next sequence
 // number (smc_cdc_msg_send: tx_cdc_seq++). txMu is held.
@@ -267,7 +318,14 @@ func (c *Conn) sendCDCLocked(slot int) {
 }
 
 // sent is a CDC message's completion (smc_cdc_tx_handler).
-func (c *Conn) sent() { c.pending.Add(-1) }
+func (c *Conn) sent() {
+	if c.pending.Add(-1) == 0 {
+		select {
+		case c.idle <- struct{}{}:
+		default:
+		}
+	}
+}
 
 func (c *Conn) txFailLocked(err error) {
 	c.txErr = err
@@ -372,21 +430,6 @@ func (c *Conn) PeerLost() {
 // instead of keeping it for reuse. The core tells the peer (peer_conn_abort).
 func (c *Conn) Violation() { c.violated.Store(true) }
 
-// Flush waits, at most the LLC timeout, until the connection's CDC messages have
-// completed: the peer's device has them (smc_cdc_wait_pend_tx_wr).
-func (c *Conn) Flush() {
-	g := c.g
-	for end := time.Now().Add(g.cfg.LLCTimeout); c.pending.Load() > 0 && time.Now().Before(end) && g.Err() == nil; {
-		select {
-		case <-g.downCh:
-		case <-time.After(100 * time.Microsecond):
-		}
-	}
-}
-
-// Settle hands over every CDC message the local device has received (LinkGroup.Sync).
-func (c *Conn) Settle() { _ = c.g.Sync() }
-
 // Close waits (at most the LLC timeout) for the connection's CDC messages to complete
 // (smc_cdc_wait_pend_tx_wr), frees the send buffer and gives the RMB back to the group:
 // for reuse if the peer is done with it and kept to the protocol, otherwise withdrawn
@@ -399,12 +442,7 @@ func (c *Conn) Close(peerDone bool) {
 	g.mu.Lock()
 	delete(g.conns, c.token)
 	g.mu.Unlock()
-	for end := time.Now().Add(g.cfg.LLCTimeout); c.pending.Load() > 0 && time.Now().Before(end) && g.Err() == nil; {
-		select {
-		case <-g.downCh:
-		case <-time.After(100 * time.Microsecond):
-		}
-	}
+	c.awaitSent()
 	if c.sndMR != nil {
 		c.sndMR.Close()
 		c.sndMem.Close()

@@ -116,7 +116,7 @@ type LinkInfo struct {
 	MTU verbs.MTU
 }
 
-// Stats are a link group's receive-side counters.
+// Stats are a link group's counters of what it received and of its keepalive.
 type Stats struct {
 	CDCsReceived  uint64 // CDC messages delivered to a connection
 	StaleCDCs     uint64 // CDC messages dropped as older than the last one (smc_cdc_before)
@@ -145,11 +145,16 @@ type LinkGroup struct {
 	qp       verbs.QP
 	txMem    *verbs.Mem // SendSlots buffers of WRBufSize
 	rxMem    *verbs.Mem // RecvBufs buffers of WRBufSize
+	rxV2Mem  *verbs.Mem // v2 link groups: the one receive buffer of long LLC messages
+	rxV2MR   verbs.MR
+	rxLong   []byte // a long message made contiguous (the goroutine's)
 	txMR     verbs.MR
 	rxMR     verbs.MR
 	psn      uint32
 	linkUID  [4]byte
 	slots    chan int      // free send slot indices
+	freed    chan struct{} // a send slot was freed (capacity 1)
+	useMu    sync.RWMutex  // held shared while posting; teardown takes it to close the link
 	downCh   chan struct{} // closed when the link goes down
 	done     chan struct{} // closed when the goroutine ended and released the link
 	llcMu    sync.Mutex    // one local LLC flow at a time (smc_llc_flow)
@@ -172,13 +177,14 @@ type LinkGroup struct {
 	memUsers  int                  // RMBs and send buffers whose regions are open
 	torn      bool                 // the link's objects are closed; the PD goes with the last region
 
+	statsMu sync.Mutex
+	stats   Stats // guarded by statsMu
+
 	// Owned by the goroutine.
 	lastRx  time.Time
 	testOut bool
 	testDue time.Time
 	testSeq uint64
-	stats   Stats
-	statsMu sync.Mutex
 	wcs     []verbs.WC
 }
 
@@ -191,14 +197,21 @@ type waitKey struct {
 // NewLinkGroup creates the group's protection domain, completion channel and CQs and its
 // queue pair in Init, with its receive buffers posted; Connect then takes the queue pair to
 // RTS with the peer's LinkInfo. The group is registered on the device under cfg.Key.
-func (d *Device) NewLinkGroup(cfg GroupConfig) (g *LinkGroup, err error) {
+func (d *Device) NewLinkGroup(cfg GroupConfig) (_ *LinkGroup, err error) {
 	cfg = cfg.resolved()
-	g = &LinkGroup{
-		dev: d, cfg: cfg, key: cfg.Key,
-		slots: make(chan int, SendSlots), downCh: make(chan struct{}), done: make(chan struct{}),
-		syncReq: make(chan chan struct{}, 16),
-		conns:   make(map[uint32]*Conn), peerRKeys: make(map[uint32]uint64), waiters: make(map[waitKey]chan any),
-		wcs: make([]verbs.WC, 16),
+	g := &LinkGroup{
+		dev:       d,
+		cfg:       cfg,
+		key:       cfg.Key,
+		slots:     make(chan int, SendSlots),
+		freed:     make(chan struct{}, 1),
+		downCh:    make(chan struct{}),
+		done:      make(chan struct{}),
+		syncReq:   make(chan chan struct{}, 16),
+		conns:     make(map[uint32]*Conn),
+		peerRKeys: make(map[uint32]uint64),
+		waiters:   make(map[waitKey]chan any),
+		wcs:       make([]verbs.WC, 16),
 	}
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -228,7 +241,7 @@ func (d *Device) NewLinkGroup(cfg GroupConfig) (g *LinkGroup, err error) {
 		return nil, fmt.Errorf("smcr: recv CQ: %w", err)
 	}
 	g.qp, err = g.pd.CreateQP(verbs.QPConfig{SendCQ: g.scq, RecvCQ: g.rcq, Cap: verbs.QPCap{
-		MaxSendWR: maxSendWR, MaxRecvWR: RecvBufs, MaxSendSGE: 2, MaxRecvSGE: 1,
+		MaxSendWR: maxSendWR, MaxRecvWR: RecvBufs, MaxSendSGE: 2, MaxRecvSGE: 2,
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("smcr: %w", err)
@@ -244,6 +257,15 @@ func (d *Device) NewLinkGroup(cfg GroupConfig) (g *LinkGroup, err error) {
 	}
 	if g.rxMR, err = g.pd.RegMR(g.rxMem, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("smcr: receive buffers: %w", err)
+	}
+	if cfg.LLCVersion == LLCVersion2 {
+		if g.rxV2Mem, err = verbs.NewMem(LLCMaxLenV2); err != nil {
+			return nil, fmt.Errorf("smcr: v2 receive buffer: %w", err)
+		}
+		if g.rxV2MR, err = g.pd.RegMR(g.rxV2Mem, verbs.AccessLocalWrite); err != nil {
+			return nil, fmt.Errorf("smcr: v2 receive buffer: %w", err)
+		}
+		g.rxLong = make([]byte, LLCMaxLenV2)
 	}
 	if err = g.qp.Init(verbs.InitAttr{Port: d.port, Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}); err != nil {
 		return nil, fmt.Errorf("smcr: %w", err)
@@ -275,7 +297,7 @@ func (g *LinkGroup) Local() LinkInfo {
 // QPN is the local queue pair number.
 func (g *LinkGroup) QPN() uint32 { return g.qp.QPN() }
 
-// Stats returns the receive-side counters.
+// Stats returns the group's counters.
 func (g *LinkGroup) Stats() Stats {
 	g.statsMu.Lock()
 	defer g.statsMu.Unlock()
@@ -333,11 +355,18 @@ func (g *LinkGroup) Connect(peer LinkInfo) error {
 	return nil
 }
 
-// postRecv posts receive buffer i (smc_wr_rx_post).
+// postRecv posts receive buffer i (smc_wr_rx_post). In a v2 link group the work request
+// has two entries (smc_wr_init_sge): the first 44 bytes go to the buffer, the rest of a
+// long LLC message to the group's one v2 buffer from offset 44, which the goroutine joins
+// (LLC flows run one at a time, so one v2 buffer serves every receive).
 func (g *LinkGroup) postRecv(i int) error {
-	return g.qp.PostRecv(&verbs.RecvWR{ID: uint64(i) + 1, SGE: []verbs.SGE{{
-		Addr: g.rxMR.Addr() + uint64(i*WRBufSize), Length: WRBufSize, LKey: g.rxMR.LKey(),
-	}}})
+	slot := verbs.SGE{Addr: g.rxMR.Addr() + uint64(i*WRBufSize), Length: WRBufSize, LKey: g.rxMR.LKey()}
+	if g.rxV2MR == nil {
+		return g.qp.PostRecv(&verbs.RecvWR{ID: uint64(i) + 1, SGE: []verbs.SGE{slot}})
+	}
+	slot.Length = LLCLen
+	long := verbs.SGE{Addr: g.rxV2MR.Addr() + LLCLen, Length: LLCMaxLenV2 - LLCLen, LKey: g.rxV2MR.LKey()}
+	return g.qp.PostRecv(&verbs.RecvWR{ID: uint64(i) + 1, SGE: []verbs.SGE{slot, long}})
 }
 
 // slot takes a free send slot, waiting at most SlotWait; it fails when the link is down
@@ -379,25 +408,22 @@ func (g *LinkGroup) trySlot() (int, bool) {
 
 // post sends msg (at most WRBufSize bytes) from send slot i as a signaled, solicited SEND
 // (smc_wr_tx_send); done runs when it completes successfully.
-//
-// The buffer is filled and the work request posted under g.mu, after the check that the
-// link is up: the link goes down (fail) under g.mu before the goroutine's teardown closes
-// the queue pair and the buffers, so a post never touches them after that.
 func (g *LinkGroup) post(i int, msg []byte, done func()) error {
+	g.useMu.RLock()
 	g.mu.Lock()
 	if g.down != nil {
 		err := g.down
 		g.mu.Unlock()
+		g.useMu.RUnlock()
 		g.slots <- i
 		return err
 	}
-	n := copy(g.txMem.Bytes()[i*WRBufSize:(i+1)*WRBufSize], msg)
 	g.slotDone[i] = done
-	err := g.qp.PostSend(&verbs.SendWR{
-		ID: uint64(i) + 1, Opcode: verbs.OpSend, Flags: verbs.FlagSignaled | verbs.FlagSolicited,
-		SGE: []verbs.SGE{{Addr: g.txMR.Addr() + uint64(i*WRBufSize), Length: uint32(n), LKey: g.txMR.LKey()}},
-	})
+	g.mu.Unlock()
+	err := g.postSlot(i, msg)
+	g.useMu.RUnlock()
 	if err != nil {
+		g.mu.Lock()
 		g.slotDone[i] = nil
 		g.mu.Unlock()
 		g.slots <- i
@@ -405,8 +431,18 @@ func (g *LinkGroup) post(i int, msg []byte, done func()) error {
 		g.fail(lerr)
 		return lerr
 	}
-	g.mu.Unlock()
 	return nil
+}
+
+// postSlot copies msg into send slot i and posts it. useMu is held shared and the link
+// is not torn down.
+func (g *LinkGroup) postSlot(i int, msg []byte) error {
+	buf := g.txMem.Bytes()[i*WRBufSize : (i+1)*WRBufSize]
+	n := copy(buf, msg)
+	return g.qp.PostSend(&verbs.SendWR{
+		ID: uint64(i) + 1, Opcode: verbs.OpSend, Flags: verbs.FlagSignaled | verbs.FlagSolicited,
+		SGE: []verbs.SGE{{Addr: g.txMR.Addr() + uint64(i*WRBufSize), Length: uint32(n), LKey: g.txMR.LKey()}},
+	})
 }
 
 // sendLLC sends an LLC message from a caller other than the group's goroutine.
@@ -437,17 +473,16 @@ func (g *LinkGroup) replyLLC(m LLCMessage) {
 // writeRDMA posts an unsignaled RDMA WRITE of n bytes at local address laddr (region
 // lkey) to the peer's raddr (region rkey), as smc_tx_rdma_write does.
 func (g *LinkGroup) writeRDMA(laddr uint64, lkey uint32, raddr uint64, rkey uint32, n int) error {
-	g.mu.Lock() // as post: never on a queue pair the teardown closed
-	if g.down != nil {
-		err := g.down
-		g.mu.Unlock()
+	g.useMu.RLock()
+	if err := g.Err(); err != nil {
+		g.useMu.RUnlock()
 		return err
 	}
 	err := g.qp.PostSend(&verbs.SendWR{
 		Opcode: verbs.OpRDMAWrite, SGE: []verbs.SGE{{Addr: laddr, Length: uint32(n), LKey: lkey}},
 		RemoteAddr: raddr, RKey: rkey,
 	})
-	g.mu.Unlock()
+	g.useMu.RUnlock()
 	if err != nil {
 		lerr := &LinkError{Reason: DelLostPath, What: "post RDMA write", Err: err}
 		g.fail(lerr)
@@ -507,10 +542,11 @@ func (g *LinkGroup) run() {
 }
 
 // Sync waits until the group's goroutine has handled every completion that was queued
-// when Sync was called. On a fabric that receives a SEND when it is posted (package
-// verbstest), every message the peer sent before the call is then delivered: a test
-// can read the peer's cursors as SMC-D shows them, at once. It fails with the link's
-// error once the link is down.
+// when Sync was called, so that what those messages carried is visible (Conn.Settle uses
+// it when the liveness channel closes). It waits for nothing of the peer's. On a fabric
+// that receives a SEND when it is posted (package verbstest) that is every message the
+// peer sent before the call, so a test can read the peer's cursors as SMC-D shows them,
+// at once. It fails with the link's error once the link is down.
 func (g *LinkGroup) Sync() error {
 	if !g.started.Load() {
 		return nil
@@ -548,6 +584,10 @@ func (g *LinkGroup) pollSend() {
 				g.slotDone[i] = nil
 				g.mu.Unlock()
 				g.slots <- i
+				select {
+				case g.freed <- struct{}{}:
+				default:
+				}
 			}
 			if err := wc.Err(); err != nil {
 				g.fail(&LinkError{Reason: DelLostPath, What: "send completion", Err: err})
@@ -584,6 +624,12 @@ func (g *LinkGroup) pollRecv() {
 			g.lastRx = time.Now()
 			ln := min(int(wc.ByteLen), WRBufSize)
 			msg := g.rxMem.Bytes()[i*WRBufSize : i*WRBufSize+ln]
+			if g.rxV2MR != nil && wc.ByteLen > LLCLen {
+				ln = min(int(wc.ByteLen), LLCMaxLenV2)
+				copy(g.rxLong, msg[:LLCLen])
+				copy(g.rxLong[LLCLen:ln], g.rxV2Mem.Bytes()[LLCLen:ln])
+				msg = g.rxLong[:ln]
+			}
 			g.handle(msg)
 			if g.Err() == nil {
 				if err := g.postRecv(i); err != nil {
@@ -651,6 +697,12 @@ func (g *LinkGroup) tick() {
 	if g.cfg.TestLinkInterval < 0 || now.Before(g.lastRx.Add(g.cfg.TestLinkInterval)) {
 		return
 	}
+	if !g.Active() {
+		// The keepalive runs on an active link only (smc_llc_link_active starts it):
+		// look again one interval on.
+		g.lastRx = now
+		return
+	}
 	g.testSeq++
 	m := &TestLink{Version: g.cfg.LLCVersion}
 	binary.BigEndian.PutUint64(m.UserData[8:], g.testSeq)
@@ -659,10 +711,37 @@ func (g *LinkGroup) tick() {
 	g.replyLLC(m)
 }
 
-// fail takes the link down with err (a *LinkError) once: the queue pair goes to Err, every
-// LLC waiter and send-slot waiter wakes, every connection aborts, and the goroutine is
-// told to stop and release the link.
-func (g *LinkGroup) fail(err *LinkError) {
+// fail takes the link down with err and tells the peer (terminate).
+func (g *LinkGroup) fail(err *LinkError) { g.terminate(err, true) }
+
+// terminate takes the link down with err (a *LinkError) once: with tell, a DELETE_LINK
+// for the group with err's reason goes to the peer first, as far as a free send slot
+// and the queue pair allow (smcr_link_down); then the queue pair goes to Err, every LLC
+// waiter and send-slot waiter wakes, every connection aborts, and the goroutine is told
+// to stop and release the link.
+func (g *LinkGroup) terminate(err *LinkError, tell bool) {
+	g.mu.Lock()
+	if g.down != nil {
+		g.mu.Unlock()
+		return
+	}
+	linkID := g.linkID
+	g.mu.Unlock()
+	if tell && g.started.Load() {
+		select {
+		case i := <-g.slots:
+			b, _ := (&DeleteLink{Version: g.cfg.LLCVersion, Flags: FlagDeleteLinkAll, LinkNum: linkID, Reason: err.Reason}).Append(nil)
+			g.useMu.RLock()
+			g.mu.Lock()
+			torn := g.torn
+			g.mu.Unlock()
+			if torn || g.postSlot(i, b) != nil {
+				g.slots <- i
+			}
+			g.useMu.RUnlock()
+		default:
+		}
+	}
 	g.mu.Lock()
 	if g.down != nil {
 		g.mu.Unlock()
@@ -706,7 +785,7 @@ func (g *LinkGroup) Close() {
 			g.drainSlots(g.cfg.LLCTimeout)
 		}
 	}
-	g.fail(&LinkError{Reason: DelOpInitTerm, What: "link group closed"})
+	g.terminate(&LinkError{Reason: DelOpInitTerm, What: "link group closed"}, false)
 	if g.started.Load() {
 		<-g.done
 	} else {
@@ -717,12 +796,15 @@ func (g *LinkGroup) Close() {
 // drainSlots waits until every send slot is free again (smc_wr_tx_wait_no_pending_sends),
 // at most d.
 func (g *LinkGroup) drainSlots(d time.Duration) {
-	end := time.Now().Add(d)
-	for len(g.slots) < SendSlots && time.Now().Before(end) && g.Err() == nil {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for len(g.slots) < SendSlots {
 		select {
+		case <-g.freed:
 		case <-g.downCh:
 			return
-		case <-time.After(time.Millisecond):
+		case <-t.C:
+			return
 		}
 	}
 }
@@ -730,12 +812,14 @@ func (g *LinkGroup) drainSlots(d time.Duration) {
 // teardown releases the link (queue pair, CQs, channel, work-request buffers) and the
 // idle RMBs; the PD follows with the last RMB or send buffer still held by a connection.
 func (g *LinkGroup) teardown() {
-	g.release()
+	g.useMu.Lock() // no post in progress from here on
 	g.mu.Lock()
 	free := g.free
 	g.free = nil
 	g.torn = true
 	g.mu.Unlock()
+	g.release()
+	g.useMu.Unlock()
 	for _, r := range free {
 		r.destroy()
 		g.memDone()
@@ -761,12 +845,12 @@ func (g *LinkGroup) release() {
 	if g.ch != nil {
 		g.ch.Close()
 	}
-	for _, m := range []verbs.MR{g.txMR, g.rxMR} {
+	for _, m := range []verbs.MR{g.txMR, g.rxMR, g.rxV2MR} {
 		if m != nil {
 			m.Close()
 		}
 	}
-	for _, m := range []*verbs.Mem{g.txMem, g.rxMem} {
+	for _, m := range []*verbs.Mem{g.txMem, g.rxMem, g.rxV2Mem} {
 		if m != nil {
 			m.Close()
 		}

@@ -97,6 +97,15 @@ func TestConfirmLinkRejected(t *testing.T) {
 		require.ErrorIs(t, err, ErrTimeout)
 		assert.False(t, g.Active())
 	})
+	t.Run("no request", func(t *testing.T) {
+		_, g, _ := rawGroup(t, Client, func(c *GroupConfig) { c.LLCTimeout = 10 * time.Millisecond })
+		defer g.Close()
+		start := time.Now()
+		err := g.AwaitConfirmLink()
+		require.ErrorIs(t, err, ErrTimeout)
+		assert.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond, "twice the LLC timeout")
+		assert.False(t, g.Active())
+	})
 	t.Run("no RMBE eyecatcher flag", func(t *testing.T) {
 		_, g, p := rawGroup(t, Client, nil)
 		defer g.Close()
@@ -156,7 +165,11 @@ func TestTestLinkKeepalive(t *testing.T) {
 	req = p.recv(t) // the link lived on: the next keepalive
 	require.Equal(t, byte(0x07), req[0])
 	require.Equal(t, uint64(2), binary.BigEndian.Uint64(req[12:20]))
-	// No answer this time.
+	// No answer this time: the link goes down and the peer is told.
+	del := make([]byte, 44)
+	del[0], del[1], del[3], del[4] = 0x04, 44, 0x40, 1 // DELETE_LINK, all, link 1
+	binary.BigEndian.PutUint32(del[5:9], DelLostPath)
+	require.Equal(t, del, p.recv(t))
 	awaitDone(t, g)
 	err = g.Err()
 	require.ErrorIs(t, err, ErrLinkDown)
@@ -204,16 +217,20 @@ func TestCloseSendsDeleteLink(t *testing.T) {
 	assert.Equal(t, verbs.Counts{}, g.dev.Live())
 }
 
-// TestAddLinkRejected: a one-link client answers the server's ADD_LINK with a reject.
+// TestAddLinkRejected: a one-link client sends the server's ADD_LINK back rejected, with
+// the reason no alternate path.
 func TestAddLinkRejected(t *testing.T) {
 	_, g, p := rawGroup(t, Client, nil)
 	defer g.Close()
 	confirmed(t, g, p)
 	b := make([]byte, 44)
-	b[0], b[1], b[31] = 0x02, 44, 2
+	b[0], b[1], b[31] = 0x02, 44, 2 // ADD_LINK, link 2
+	copy(b[4:10], "MACMAC")
+	copy(b[12:28], "GIDGIDGIDGIDGID!")
+	b[28], b[29], b[30], b[32], b[33], b[34], b[35] = 0, 0x12, 0x34, 3, 0, 0x56, 0x78
 	p.send(t, b)
-	want := make([]byte, 44)
-	want[0], want[1], want[2], want[3], want[31] = 0x02, 44, 0x01, 0xC0, 2
+	want := append([]byte(nil), b...)
+	want[2], want[3] = 0x01, 0xC0 // SMC_LLC_REJ_RSN_NO_ALT_PATH; response, rejected
 	require.Equal(t, want, p.recv(t))
 }
 
@@ -521,4 +538,124 @@ func TestLinkFailureAbortsEveryConn(t *testing.T) {
 			require.True(t, errors.As(p.c.Err(), &le))
 		})
 	}
+}
+
+// TestPeerRMBTooSmall: a peer whose CLC claims a larger RMB than it registered makes our
+// RDMA WRITE past its region fail at its device (a remote access error): the link goes
+// down with that completion error and every connection aborts, nothing is written out
+// of bounds, nothing hangs.
+func TestPeerRMBTooSmall(t *testing.T) {
+	_, g, p := rawGroup(t, Server, nil)
+	confirmed(t, g, p)
+	c, err := g.NewConn(ConnConfig{RMBSize: 16 << 10, FirstContact: true})
+	require.NoError(t, err)
+	claim := p.rmb(3)
+	claim.Size = 32 << 10 // the region ends 16 KiB after its start
+	require.NoError(t, c.Connect(claim))
+	c.PushProd(cdcCursor(0, 20<<10+10), 20<<10, 10)
+	awaitDone(t, g)
+	var ce *verbs.CompletionError
+	require.ErrorAs(t, g.Err(), &ce)
+	assert.Equal(t, verbs.StatusRemAccessErr, ce.Status)
+	assert.ErrorIs(t, c.Err(), ErrLinkDown)
+	c.Close(false)
+	assert.Equal(t, verbs.Counts{}, g.dev.Live())
+}
+
+// TestCDCOrderUnderConcurrency: a writer's PushProd and a reader's PublishCons on two
+// goroutines share the connection's sequence numbers; they reach the peer in order,
+// each message carrying the other side's latest cursor, and none is stale.
+func TestCDCOrderUnderConcurrency(t *testing.T) {
+	_, g, p := rawGroup(t, Client, nil)
+	defer g.Close()
+	confirmed(t, g, p)
+	c, err := g.NewConn(ConnConfig{RMBSize: 16 << 10, FirstContact: true})
+	require.NoError(t, err)
+	defer c.Close(true)
+	require.NoError(t, c.Connect(p.rmb(5)))
+	const n = 12 // both together stay within the peer's posted receives
+	done := make(chan struct{}, 2)
+	go func() {
+		for i := 1; i <= n; i++ {
+			c.PushProd(cdcCursor(0, uint32(i)), i-1, 1)
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		for i := 1; i <= n; i++ {
+			c.PublishCons(consOf(cdcCursor(0, uint32(100+i)), 0, 0), readerDir)
+		}
+		done <- struct{}{}
+	}()
+	var lastProd, lastCons uint32
+	for seq := 1; seq <= 2*n; seq++ {
+		m, err := ParseCDC(p.recv(t))
+		require.NoError(t, err)
+		require.Equal(t, uint16(seq), m.Seq, "in sequence")
+		require.Equal(t, uint32(5), m.Token)
+		require.GreaterOrEqual(t, m.Prod.Count, lastProd)
+		require.GreaterOrEqual(t, m.Cons.Count, lastCons)
+		lastProd, lastCons = m.Prod.Count, m.Cons.Count
+	}
+	<-done
+	<-done
+	assert.Equal(t, uint32(n), lastProd)
+	assert.Equal(t, uint32(100+n), lastCons)
+}
+
+// TestCDCFlagsReceived: the flags of a peer's CDC message reach PeerCons as sent.
+func TestCDCFlagsReceived(t *testing.T) {
+	_, g, p := rawGroup(t, Client, nil)
+	defer g.Close()
+	confirmed(t, g, p)
+	c, err := g.NewConn(ConnConfig{RMBSize: 16 << 10, FirstContact: true})
+	require.NoError(t, err)
+	defer c.Close(true)
+	require.NoError(t, c.Connect(p.rmb(5)))
+	p.send(t, cdcBytes(1, c.Token(), 2, 300, 1, 200, byte(cdc.WriteBlocked|cdc.ConsCursUpdReq), byte(cdc.PeerDoneWriting)))
+	require.NoError(t, g.Sync())
+	assert.Equal(t, cdcCursor(2, 300), c.PeerProd())
+	assert.Equal(t, consOf(cdcCursor(1, 200), byte(cdc.WriteBlocked|cdc.ConsCursUpdReq), byte(cdc.PeerDoneWriting)), c.PeerCons())
+}
+
+// TestLongLLCv2: in a v2 link group a long LLC message (an ADD_LINK with its v2
+// extension, 72 bytes) arrives in two receive entries and is read joined; the client
+// sends it back rejected in 44 bytes, and the link lives on.
+func TestLongLLCv2(t *testing.T) {
+	_, g, p := rawGroup(t, Client, func(c *GroupConfig) { c.LLCVersion = LLCVersion2 })
+	defer g.Close()
+	confirmed(t, g, p)
+	req := &AddLink{Version: LLCVersion2, LinkNum: 2, QPN: 0x1234, PSN: 0x5678, QPMTU: 3,
+		Ext: &AddLinkExt{TargetGID: [16]byte{0xfe, 0x80}, NumRKeys: 1, RKeys: []RKeyPair{{RKey: 1, RKeyNew: 2, VAddrNew: 3}}}}
+	b, err := req.Append(nil)
+	require.NoError(t, err)
+	require.Len(t, b, 88)
+	require.Equal(t, []byte{0x22, 88, 0}, b[:3], "type 0x22, length_v2 88 little-endian")
+	p.send(t, b)
+	want := append([]byte(nil), b[:44]...)
+	want[1], want[2], want[3] = 44, 0, 0xC0
+	require.Equal(t, want, p.recv(t))
+	assert.Zero(t, g.Stats().Malformed)
+
+	// The link still works: a TEST_LINK is answered.
+	tl := make([]byte, 44)
+	tl[0], tl[1] = 0x27, 44
+	p.send(t, tl)
+	tl[3] = 0x80
+	require.Equal(t, tl, p.recv(t))
+	assert.NoError(t, g.Err())
+}
+
+// TestNoKeepaliveBeforeConfirm: a link whose setup has not completed sends no TEST_LINK;
+// once CONFIRM_LINK made it active, its keepalive runs.
+func TestNoKeepaliveBeforeConfirm(t *testing.T) {
+	_, g, p := rawGroup(t, Client, func(c *GroupConfig) { c.TestLinkInterval = time.Millisecond })
+	defer g.Close()
+	// What is tested is that time passes without a TEST_LINK: twenty intervals.
+	<-time.After(20 * time.Millisecond)
+	require.NoError(t, g.Sync())
+	assert.Zero(t, g.Stats().TestLinksSent)
+	confirmed(t, g, p)
+	req := p.recv(t)
+	assert.Equal(t, byte(0x07), req[0], "TEST_LINK once active")
 }

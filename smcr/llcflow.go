@@ -32,7 +32,12 @@ func (g *LinkGroup) expect(k waitKey) (ch chan any, cancel func()) {
 
 // await waits for ch at most the LLC timeout; it fails if the link goes down first.
 func (g *LinkGroup) await(ch chan any, what string) (any, error) {
-	t := time.NewTimer(g.cfg.LLCTimeout)
+	return g.awaitFor(ch, what, g.cfg.LLCTimeout)
+}
+
+// awaitFor is await with a wait of d.
+func (g *LinkGroup) awaitFor(ch chan any, what string, d time.Duration) (any, error) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case m := <-ch:
@@ -40,7 +45,7 @@ func (g *LinkGroup) await(ch chan any, what string) (any, error) {
 	case <-g.downCh:
 		return nil, g.Err()
 	case <-t.C:
-		return nil, fmt.Errorf("smcr: %s: %w after %v", what, ErrTimeout, g.cfg.LLCTimeout)
+		return nil, fmt.Errorf("smcr: %s: %w after %v", what, ErrTimeout, d)
 	}
 }
 
@@ -95,8 +100,10 @@ func (g *LinkGroup) ConfirmLink() error {
 }
 
 // AwaitConfirmLink is the client's link setup after its CLC Confirm
-// (smcr_clnt_conf_first_link): it waits at most the LLC timeout for the server's
-// CONFIRM_LINK, checks it and answers it. On success the link is active.
+// (smcr_clnt_conf_first_link): it waits at most twice the LLC timeout for the server's
+// CONFIRM_LINK (twice the server's wait for the response, so that the two sides'
+// Declines after a timeout do not cross), checks it and answers it. On success the link
+// is active.
 func (g *LinkGroup) AwaitConfirmLink() error {
 	if g.cfg.Role != Client {
 		return fmt.Errorf("smcr: AwaitConfirmLink on the server side")
@@ -120,7 +127,7 @@ func (g *LinkGroup) AwaitConfirmLink() error {
 		}
 		g.mu.Unlock()
 	}()
-	m, err := g.await(ch, "CONFIRM_LINK request")
+	m, err := g.awaitFor(ch, "CONFIRM_LINK request", 2*g.cfg.LLCTimeout)
 	if err != nil {
 		return err
 	}
@@ -193,13 +200,15 @@ func (g *LinkGroup) handleLLC(msg LLCMessage) {
 		if m.Flags&FlagResp != 0 || g.cfg.Role != Client {
 			return
 		}
-		// One link only: reject, as a kernel client without an alternate path does
-		// (smc_llc_cli_add_link_reject).
-		rej := &AddLink{Version: g.cfg.LLCVersion, Flags: FlagResp | FlagAddLinkReject, LinkNum: m.LinkNum}
-		if g.cfg.LLCVersion == 0 {
+		// One link only: the request comes back rejected, as a kernel client without an
+		// alternate path sends it (smc_llc_cli_add_link_reject).
+		rej := *m
+		rej.Flags |= FlagResp | FlagAddLinkReject
+		rej.Ext = nil
+		if rej.Version == 0 {
 			rej.RejectReason = RejectNoAltPath
 		}
-		g.replyLLC(rej)
+		g.replyLLC(&rej)
 	case *DeleteLink:
 		if m.Flags&FlagResp != 0 {
 			return
@@ -208,7 +217,7 @@ func (g *LinkGroup) handleLLC(msg LLCMessage) {
 		if m.Flags&FlagDeleteLinkOrder != 0 {
 			what = "peer deleted the link in order (DELETE_LINK)"
 		}
-		g.fail(&LinkError{Reason: m.Reason, What: what})
+		g.terminate(&LinkError{Reason: m.Reason, What: what}, false)
 	case *ConfirmRKey:
 		if m.Flags&FlagResp != 0 {
 			g.deliverLLC(waitKey{LLCConfirmRKey, true}, m)

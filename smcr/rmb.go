@@ -86,9 +86,10 @@ func (g *LinkGroup) getRMB(size int, firstContact bool) (r *RMB, reused bool, er
 			return f, true, nil
 		}
 	}
-	g.memUsers++
+	g.memUsers++ // keeps the PD
+	pd := g.pd
 	g.mu.Unlock()
-	r, err = g.newRMB(size)
+	r, err = g.newRMB(pd, size)
 	if err != nil {
 		g.memDone()
 		return nil, false, err
@@ -103,12 +104,12 @@ func (g *LinkGroup) getRMB(size int, firstContact bool) (r *RMB, reused bool, er
 	return r, false, nil
 }
 
-func (g *LinkGroup) newRMB(size int) (*RMB, error) {
+func (g *LinkGroup) newRMB(pd verbs.PD, size int) (*RMB, error) {
 	mem, err := verbs.NewMem(size)
 	if err != nil {
 		return nil, fmt.Errorf("smcr: RMB: %w", err)
 	}
-	mr, err := g.pd.RegMR(mem, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	mr, err := pd.RegMR(mem, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		mem.Close()
 		return nil, fmt.Errorf("smcr: RMB: %w", err)

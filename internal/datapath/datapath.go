@@ -176,18 +176,22 @@ type TxPending interface {
 	TxPending() bool
 }
 
-// Settler is implemented by a backend whose publications reach the peer some time after
-// they are made (SMC-R: a CDC message is a SEND the peer's device receives and its
-// completion goroutine then hands over). The liveness connection must not overtake them:
-// the core calls Flush before it closes the liveness connection, so the peer's device
-// has every publication (the close flag included) before the EOF leaves, and Settle when
-// the liveness connection ended, so that what the peer's side already delivered is taken
-// in before the core decides the peer vanished without closing.
+// Failure is implemented by a backend whose data path can fail under a connection (SMC-R:
+// its link group's link goes down). Such a backend reports the abort through PeerCons
+// (peer_conn_abort) and wakes the local sleepers; Failure then says why, and the core
+// wraps it into the error it returns.
+type Failure interface {
+	// Failure is why the data path stopped working, nil while it works.
+	Failure() error
+}
+
+// Settler is implemented by a backend whose peer's publications arrive asynchronously
+// (SMC-R: CDC messages a goroutine takes from a completion queue). The core calls Settle
+// when the liveness channel closes, before it looks for the peer's close flag: the peer
+// published it before closing, and Settle makes what already arrived visible. Settle
+// waits for nothing of the peer's.
 type Settler interface {
-	// Flush waits until every publication made so far has completed, bounded by the
-	// backend's own timeout.
-	Flush()
-	// Settle takes in every publication the local device has received. It waits for no
-	// peer.
+	// Settle returns once what the peer's publications delivered so far is visible to
+	// PeerProd and PeerCons.
 	Settle()
 }
