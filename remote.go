@@ -14,19 +14,51 @@ import (
 // answers, and only for destinations on other hosts; the host-local signal (SMC-D) stays
 // first for a peer on this host.
 
-// localRDMA reports whether this process has an RDMA device, asked once: false without
-// the rdma build tag, which has no verbs binding.
-var localRDMA = sync.OnceValue(func() bool {
-	names, err := verbs.System().Devices()
-	return err == nil && len(names) > 0
-})
+// rdma is what the process knows of its RDMA devices, asked once: none without the rdma
+// build tag, which has no verbs binding.
+var rdma struct {
+	once    sync.Once
+	started atomic.Bool
+	done    atomic.Bool
+	yes     bool // set in once, read after done
+}
+
+// localRDMA reports whether this process has an RDMA device, asking if no one has yet
+// (ibv_get_device_list: milliseconds on a slow host). Listen asks: its UDP responder is
+// bound then or never.
+func localRDMA() bool {
+	rdma.once.Do(func() {
+		names, err := verbs.System().Devices()
+		rdma.yes = err == nil && len(names) > 0
+		rdma.done.Store(true)
+	})
+	return rdma.yes
+}
+
+// localRDMAKnown is localRDMA for Dial, which never waits for the answer: until it is
+// known (asked in the background by the first dial) the process offers no cross-host
+// SMC, which costs those first dials nothing they would not have had (a destination not
+// yet probed is dialed plain anyway).
+func localRDMAKnown() bool {
+	if rdma.done.Load() {
+		return rdma.yes
+	}
+	if rdma.started.CompareAndSwap(false, true) {
+		go localRDMA()
+	}
+	return false
+}
 
 // remoteLoopbackForTest is the tests' hook: it turns the gate on and makes loopback a
 // remote destination, so the cross-host path runs on one host.
 var remoteLoopbackForTest atomic.Bool
 
-// remoteOffered reports whether this process takes part in the cross-host signal.
+// remoteOffered reports whether this process takes part in the cross-host signal (a
+// listener's view: it waits for the device list).
 func remoteOffered() bool { return remoteLoopbackForTest.Load() || localRDMA() }
+
+// remoteOfferedNow is remoteOffered for a dialer, which does not wait for the device list.
+func remoteOfferedNow() bool { return remoteLoopbackForTest.Load() || localRDMAKnown() }
 
 // remoteDestination reports whether a connection to ip leaves this host.
 func remoteDestination(ip netip.Addr) bool {
