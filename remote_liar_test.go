@@ -195,3 +195,45 @@ func TestRemoteStaleCache(t *testing.T) {
 		assert.Equal(t, clc.DeclPeerNoSMC, local)
 	})
 }
+
+// TestRemoteWithdrawn: while LimitHandshake withdraws the listener's signal, its responder
+// refuses announcements and dialers connect as plain TCP with no CLC; restored, they
+// announce again.
+func TestRemoteWithdrawn(t *testing.T) {
+	cache := withRemoteLoopback(t)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	cache.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	ln, err := Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	dial := func() (local uint32, clcRecv uint64) {
+		c, err := Dial("tcp4", dst.String())
+		require.NoError(t, err)
+		defer c.Close()
+		s, err := ln.AcceptSMC()
+		require.NoError(t, err)
+		defer s.Close()
+		speak(t, c, s, true)
+		cache.Wait()
+		local, _ = c.FallbackReason()
+		return local, s.Stats().CLCBytesRecv
+	}
+	local, _ := dial()
+	require.Equal(t, clc.DeclPeerNoSMC, local, "unknown")
+	ln.sigMu.Lock()
+	ln.remote.set(signalDown) // as applySignalLocked does when LimitHandshake withdraws
+	ln.sigMu.Unlock()
+	local, recv := dial()
+	assert.Equal(t, clc.DeclPeerNoSMC, local)
+	assert.Zero(t, recv, "no CLC byte")
+	assert.Equal(t, uint64(1), ln.RemoteSignal().Refused)
+	ln.sigMu.Lock()
+	ln.remote.set(signalUp)
+	ln.sigMu.Unlock()
+	clock.Add(int64(remotecap.ProbeInterval))
+	dial() // unknown again after the refusal: plain, and probed
+	local, _ = dial()
+	assert.Equal(t, clc.DeclNoSMCRDev, local, "announced again")
+}
