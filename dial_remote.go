@@ -29,7 +29,7 @@ var errNotAnnounced = errors.New("smcloop: connection not announced")
 // later dials; capable, the socket is bound and announced before connect, and once
 // acknowledged the connection speaks CLC.
 func (d *Dialer) dialRemote(ctx context.Context, network, address string, cfg *settings) (*Conn, bool, error) {
-	if !remoteOffered() {
+	if !remoteOfferedNow() {
 		return nil, false, nil
 	}
 	dst, err := netip.ParseAddrPort(address)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/internal/presence"
@@ -62,13 +63,41 @@ var rdmaDevices struct {
 // the rdma build tag). Tests put a verbstest host here, or one per role.
 var rdmaProvider = func(role smcr.Role) verbs.Provider { return verbs.System() }
 
-// localRDMA reports whether this process has an RDMA device, asked once: false without
-// the rdma build tag, which has no verbs binding. It gates the cross-host capability
-// signal (remote.go).
-var localRDMA = sync.OnceValue(func() bool {
-	names, err := rdmaProvider(smcr.Client).Devices()
-	return err == nil && len(names) > 0
-})
+// rdma is what the process knows of its RDMA devices, asked once: none without the rdma
+// build tag, which has no verbs binding.
+var rdma struct {
+	once    sync.Once
+	started atomic.Bool
+	done    atomic.Bool
+	yes     bool // set in once, read after done
+}
+
+// localRDMA reports whether this process has an RDMA device, asking if no one has yet
+// (ibv_get_device_list: milliseconds on a slow host); it gates the cross-host
+// capability signal (remote.go). Listen asks: its UDP responder is
+// bound then or never.
+func localRDMA() bool {
+	rdma.once.Do(func() {
+		names, err := rdmaProvider(smcr.Client).Devices()
+		rdma.yes = err == nil && len(names) > 0
+		rdma.done.Store(true)
+	})
+	return rdma.yes
+}
+
+// localRDMAKnown is localRDMA for Dial, which never waits for the answer: until it is
+// known (asked in the background by the first dial) the process offers no cross-host
+// SMC, which costs those first dials nothing they would not have had (a destination not
+// yet probed is dialed plain anyway).
+func localRDMAKnown() bool {
+	if rdma.done.Load() {
+		return rdma.yes
+	}
+	if rdma.started.CompareAndSwap(false, true) {
+		go localRDMA()
+	}
+	return false
+}
 
 // rdmaDevice returns the process's SMC-R device for role, nil if there is none.
 func rdmaDevice(role smcr.Role) *smcr.Device {

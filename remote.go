@@ -16,8 +16,12 @@ import (
 // remote destination, so the cross-host path runs on one host.
 var remoteLoopbackForTest atomic.Bool
 
-// remoteOffered reports whether this process takes part in the cross-host signal.
+// remoteOffered reports whether this process takes part in the cross-host signal (a
+// listener's view: it waits for the device list).
 func remoteOffered() bool { return remoteLoopbackForTest.Load() || localRDMA() }
+
+// remoteOfferedNow is remoteOffered for a dialer, which does not wait for the device list.
+func remoteOfferedNow() bool { return remoteLoopbackForTest.Load() || localRDMAKnown() }
 
 // remoteDestination reports whether a connection to ip leaves this host.
 func remoteDestination(ip netip.Addr) bool {

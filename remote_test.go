@@ -317,3 +317,33 @@ func TestRemoteUDPTaken(t *testing.T) {
 	}
 	t.Skip("no port free for both TCP and UDP")
 }
+
+// TestRemoteWildcardListener: a listener on the wildcard address answers on UDP [::]:P and
+// matches announcements of any of its addresses (here 127.0.0.1, IPv4 on a dual-stack
+// socket).
+func TestRemoteWildcardListener(t *testing.T) {
+	cache := withRemoteLoopback(t)
+	ln, err := Listen("tcp", ":0")
+	require.NoError(t, err)
+	defer ln.Close()
+	require.True(t, ln.RemoteSignal().Offered, "%v", ln.RemoteSignal().BindErr)
+	dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(ln.Addr().(*net.TCPAddr).Port))
+	for i := range 2 {
+		c, err := Dial("tcp4", dst.String())
+		require.NoError(t, err)
+		s, err := ln.AcceptSMC()
+		require.NoError(t, err)
+		speak(t, c, s, i == 1)
+		local, peer := s.FallbackReason()
+		if i == 0 {
+			assert.Equal(t, clc.DeclPeerNoSMC, local, "unknown: plain")
+		} else {
+			assert.Equal(t, clc.DeclPeerDecl, local)
+			assert.Equal(t, clc.DeclNoSMCRDev, peer)
+		}
+		c.Close()
+		s.Close()
+		cache.Wait()
+	}
+	assert.Equal(t, uint64(1), ln.RemoteSignal().Taken)
+}

@@ -24,7 +24,8 @@ import (
 // (first dial unknown, then not capable: plain both times, no CLC byte sent). Port
 // umlSMCPort: an smcloop listener against plain clients (server- and client-speaks-
 // first), then smcloop dialers: the first plain (unknown), the later ones announced,
-// ending in the decline NOSMCRDEV. Each connection's bytes are checked on both sides.
+// which speak CLC and use SMC-R over rxe0. Each connection's bytes are checked on both
+// sides.
 //
 // On the host it runs through umltest.Run, which skips it when no UML kernel is built.
 func TestRemoteInUML(t *testing.T) {
@@ -57,8 +58,8 @@ var umlSMCConns = []struct {
 	{true, clc.DeclPeerNoSMC, 0},                 // plain net client (the barrier)
 	{false, clc.DeclPeerNoSMC, 0},                // plain net client
 	{false, clc.DeclPeerNoSMC, 0},                // smcloop, destination unknown: plain
-	{true, clc.DeclPeerDecl, clc.DeclNoSMCRDev},  // smcloop, announced
-	{false, clc.DeclPeerDecl, clc.DeclNoSMCRDev}, // smcloop, announced
+	{true, 0, 0},  // smcloop, announced: SMC-R
+	{false, 0, 0}, // smcloop, announced: SMC-R
 }
 
 // umlPlainConns is the number of connections to umlPlainPort: the barrier, then two
@@ -131,7 +132,7 @@ func umlRemoteServer(t *testing.T, env umltest.Env) {
 		t.Logf("smcloop listener, connection %d: from %v, reasons %#x/%#x, server-first %v", i+1, c.RemoteAddr(), local, peer, want.serverFirst)
 		assert.Equal(t, want.local, local, "connection %d", i+1)
 		assert.Equal(t, want.peer, peer, "connection %d", i+1)
-		assert.False(t, c.UsingSMC())
+		assert.Equal(t, want.local == 0, c.UsingSMC(), "connection %d: %s", i+1, c.Mode())
 		umlServeEOF(t, c, want.serverFirst)
 		c.Close()
 	}
@@ -190,7 +191,7 @@ func umlRemoteClient(t *testing.T, env umltest.Env) {
 		if i == 2 {
 			assert.Equal(t, clc.DeclPeerNoSMC, local, "unknown: plain at once")
 		} else {
-			assert.Equal(t, clc.DeclNoSMCRDev, local, "announced, then declined")
+			assert.Equal(t, "SMCR", sc.Mode(), "announced, then SMC-R")
 		}
 		umlServe(t, sc, !umlSMCConns[i].serverFirst)
 		sc.Close()
