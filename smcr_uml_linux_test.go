@@ -412,6 +412,7 @@ func smcrUMLKillClient(t *testing.T, env umltest.Env) {
 // dials SMC-R and writes until it dies.
 func smcrUMLKilledChild(t *testing.T) {
 	dst := os.Getenv("SMCR_UML_CHILD")
+	require.True(t, localRDMA(), "the rdma tag and rxe0 are needed") // known before the first dial
 	if first, err := Dial("tcp4", dst); err == nil {
 		first.Close() // this process's first dial to dst: plain, and a probe
 	}
