@@ -55,11 +55,11 @@ var umlSMCConns = []struct {
 	serverFirst bool
 	local, peer uint32 // the server's FallbackReason
 }{
-	{true, clc.DeclPeerNoSMC, 0},                 // plain net client (the barrier)
-	{false, clc.DeclPeerNoSMC, 0},                // plain net client
-	{false, clc.DeclPeerNoSMC, 0},                // smcloop, destination unknown: plain
-	{true, 0, 0},  // smcloop, announced: SMC-R
-	{false, 0, 0}, // smcloop, announced: SMC-R
+	{true, clc.DeclPeerNoSMC, 0},  // plain net client (the barrier)
+	{false, clc.DeclPeerNoSMC, 0}, // plain net client
+	{false, clc.DeclPeerNoSMC, 0}, // smcloop, destination unknown: plain
+	{true, 0, 0},                  // smcloop, announced: SMC-R
+	{false, 0, 0},                 // smcloop, announced: SMC-R
 }
 
 // umlPlainConns is the number of connections to umlPlainPort: the barrier, then two
