@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,9 +65,19 @@ func newSMCREnv(t testing.TB) *smcrEnv {
 	require.NoError(t, err)
 	hs, err := f.NewHost(verbstest.HostConfig{Device: "rxe0", IP: net.IPv4(10, 0, 0, 2)})
 	require.NoError(t, err)
-	dc, err := smcr.OpenDevice(hc, "")
+	env := newSMCREnvOn(t, hc, hs)
+	env.hc, env.hs = hc, hs
+	return env
+}
+
+// newSMCREnvOn is newSMCREnv on the devices of two providers: two verbstest hosts, or
+// the libibverbs binding twice (two device contexts of one RDMA device, whose link
+// reaches itself: rxe's loopback).
+func newSMCREnvOn(t testing.TB, pc, ps verbs.Provider) *smcrEnv {
+	t.Helper()
+	dc, err := smcr.OpenDevice(pc, "")
 	require.NoError(t, err)
-	dsv, err := smcr.OpenDevice(hs, "")
+	dsv, err := smcr.OpenDevice(ps, "")
 	require.NoError(t, err)
 	gc, err := dc.NewLinkGroup(smcr.GroupConfig{Role: smcr.Client, Key: smcr.GroupKey{PeerGID: dsv.GID()}})
 	require.NoError(t, err)
@@ -77,7 +89,7 @@ func newSMCREnv(t testing.TB) *smcrEnv {
 	go func() { confirmed <- gc.AwaitConfirmLink() }()
 	require.NoError(t, gs.ConfirmLink())
 	require.NoError(t, <-confirmed)
-	env := &smcrEnv{hc: hc, hs: hs, gc: gc, gs: gs}
+	env := &smcrEnv{gc: gc, gs: gs}
 	t.Cleanup(func() {
 		env.mu.Lock()
 		conns := env.conns
@@ -113,7 +125,7 @@ func (e *smcrEnv) pair(t testing.TB, dcfg, lcfg Config, first, settle bool) (cli
 	a, b := net.Pipe()
 	var cb, sb datapath.Backend = cc, sc
 	if settle {
-		cb, sb = settled{cc}, settled{sc}
+		cb, sb = settled{cc, sc}, settled{sc, cc}
 	}
 	client = newBackendConn(&countingConn{Conn: a}, ds, cb, false)
 	server = newBackendConn(&countingConn{Conn: b}, ls, sb, true)
@@ -123,20 +135,35 @@ func (e *smcrEnv) pair(t testing.TB, dcfg, lcfg Config, first, settle bool) (cli
 	return client, server
 }
 
-// settled is an SMC-R connection whose peer cursors are read after its link group's
-// goroutine handled every completion already queued (LinkGroup.Sync): on the fake fabric
-// a publication is then visible to the peer when PushProd returns, as on SMC-D, and the
-// core's semantics tests compare like with like. TestNettestSMCRFake runs the plain,
+// settled is an SMC-R connection whose peer cursors are read once the peer's CDC
+// messages have completed (they are in this side's receive queue) and this side's link
+// group goroutine handled them (LinkGroup.Sync): a publication is then visible to the
+// peer when PushProd returns, as on SMC-D, and the core's semantics tests compare like
+// with like, on the fake fabric and on rxe alike. TestNettestSMCRFake runs the plain,
 // asynchronous backend.
-type settled struct{ *smcr.Conn }
+type settled struct {
+	*smcr.Conn
+	peer *smcr.Conn
+}
+
+// settle waits, at most the watchdog, until the peer's CDC messages completed, then
+// until this side's goroutine handled what arrived.
+func (s settled) settle() {
+	for end := time.Now().Add(watchdog); ; runtime.Gosched() {
+		if s.peer.Group().Sync() != nil || !s.peer.TxPending() || time.Now().After(end) {
+			break
+		}
+	}
+	_ = s.Group().Sync()
+}
 
 func (s settled) PeerProd() cdc.Cursor {
-	_ = s.Group().Sync()
+	s.settle()
 	return s.Conn.PeerProd()
 }
 
 func (s settled) PeerCons() datapath.Cons {
-	_ = s.Group().Sync()
+	s.settle()
 	return s.Conn.PeerCons()
 }
 

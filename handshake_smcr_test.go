@@ -252,7 +252,14 @@ func TestHostileSMCRConfirm(t *testing.T) {
 	waitFor(t, func() bool { return ln.Stats().HandshakeErrs-before == uint64(len(cases)) })
 	// Each lie's link group is gone: the listener's device holds the one group of the
 	// good clients, one queue pair.
-	waitFor(t, func() bool { return hs.Live().QPs == 1 })
+	waitFor(t, func() bool {
+		l := hs.Live()
+		if l.QPs != 1 || l.PDs != 1 {
+			t.Logf("listener's device: %+v", l)
+			return false
+		}
+		return true
+	})
 }
 
 // TestSMCRAcceptOutOfSync: an SMC-R Accept that names a link group the dialer does not

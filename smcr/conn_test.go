@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/internal/verbs"
 	"github.com/smcloop/smcloop/internal/verbs/verbstest"
@@ -35,10 +36,9 @@ func TestRMBReuseAndRelease(t *testing.T) {
 	require.NoError(t, p.s.Sync())
 	assert.Equal(t, "hello", string(sc.RxRing()[:5]))
 
-	sc.PeerLost() // a vanished peer writes no more: reusable
-	sc.Close(false)
-	assert.Equal(t, 1, p.s.FreeRMBs())
 	cc.Close(true)
+	sc.Close(true)
+	assert.Equal(t, 1, p.s.FreeRMBs())
 
 	cc, sc = p.connPair(t, 16<<10, 16<<10, false)
 	assert.Zero(t, sc.RxRing()[0], "a reused RMB is cleared")
@@ -51,6 +51,30 @@ func TestRMBReuseAndRelease(t *testing.T) {
 	cc.Close(false) // the peer may still write: withdrawn too
 	assert.Zero(t, p.c.FreeRMBs())
 	assert.Empty(t, peerKeys(p.s))
+}
+
+// TestPeerLostEndsGroup: a connection whose peer process vanished (PeerLost) takes its
+// link group down, since the group's peer is that one process: the group's other
+// connections abort with ErrLinkDown, and once they are closed every verbs object of the
+// group is released.
+func TestPeerLostEndsGroup(t *testing.T) {
+	p := newGroupPair(t, nil)
+	defer p.c.Close()
+	cc, sc := p.connPair(t, 16<<10, 16<<10, true)
+	cc2, sc2 := p.connPair(t, 16<<10, 16<<10, false)
+	sc.PeerLost()
+	awaitDone(t, p.s)
+	var le *LinkError
+	require.ErrorAs(t, p.s.Err(), &le)
+	assert.Equal(t, DelLostPath, le.Reason)
+	assert.ErrorIs(t, sc2.Err(), ErrLinkDown, "the group's other connection")
+	assert.NotZero(t, sc2.PeerCons().ConnFlags&cdc.PeerConnAbort, "it reads as aborted (peer_conn_abort)")
+	for _, c := range []*Conn{sc, sc2} {
+		c.Close(false)
+	}
+	assert.Equal(t, verbs.Counts{}, p.ds.Live(), "the server's group released everything")
+	cc.Close(false)
+	cc2.Close(false)
 }
 
 func peerKeys(g *LinkGroup) map[uint32]uint64 {

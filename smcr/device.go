@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/smcloop/smcloop/internal/verbs"
 )
@@ -23,6 +24,10 @@ type Device struct {
 	mu     sync.Mutex
 	groups map[GroupKey]*LinkGroup // guarded by mu
 	closed bool                    // guarded by mu
+	// released counts the groups registered and not yet wholly released (their
+	// protection domain closed): a group that went down leaves groups at once, but its
+	// goroutine may still be tearing it down, and Close waits for that.
+	released sync.WaitGroup
 }
 
 // OpenDevice opens the device called name of p (the first device p lists if name is
@@ -111,6 +116,8 @@ func (d *Device) addGroup(g *LinkGroup) error {
 		return fmt.Errorf("smcr: a link group with peer %v exists already", g.key)
 	}
 	d.groups[g.key] = g
+	g.registered = true
+	d.released.Add(1)
 	return nil
 }
 
@@ -122,9 +129,11 @@ func (d *Device) removeGroup(g *LinkGroup) {
 	}
 }
 
-// Close closes every link group of the device (orderly, DELETE_LINK to each peer), then
-// the device. Connections still open on them abort with ErrLinkDown; the device closes
-// once they are closed too, so Close fails (EBUSY) while any is.
+// Close closes every link group of the device (orderly, DELETE_LINK to each peer), waits
+// at most twice the LLC timeout for every group that went down, its own or the peer's
+// doing, to finish releasing its verbs objects, then closes the device. Connections still
+// open on them abort with ErrLinkDown; the device closes once they are closed too, so
+// Close fails (EBUSY) while any is.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	d.closed = true
@@ -135,6 +144,15 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	for _, g := range groups {
 		g.Close()
+	}
+	done := make(chan struct{})
+	go func() {
+		d.released.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * DefaultLLCTimeout): // a connection still holds its buffers
 	}
 	return d.dev.Close()
 }

@@ -176,6 +176,9 @@ type LinkGroup struct {
 	free      []*RMB               // idle RMBs for reuse
 	memUsers  int                  // RMBs and send buffers whose regions are open
 	torn      bool                 // the link's objects are closed; the PD goes with the last region
+	// registered: the group is counted in its device's released (set before it is
+	// shared, in addGroup).
+	registered bool
 
 	statsMu sync.Mutex
 	stats   Stats // guarded by statsMu
@@ -869,6 +872,9 @@ func (g *LinkGroup) releasePD() {
 	g.mu.Unlock()
 	if last {
 		pd.Close()
+		if g.registered {
+			g.dev.released.Done()
+		}
 	}
 }
 
