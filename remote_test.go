@@ -136,8 +136,8 @@ func TestRemotePlainClient(t *testing.T) {
 
 // TestRemoteSMCToSMC: two smcloop ends across "hosts". The first dial knows nothing of
 // the destination and goes plain at once; its background probe finds the listener; the
-// next dial announces itself, connects and speaks CLC, which ends, until SMC-R's
-// handshake exists, in the client's decline NOSMCRDEV; both sides go on as TCP and see
+// next dial announces itself, connects and speaks CLC, which ends, since this process
+// has no RDMA device, in the client's decline NOSMCRDEV; both sides go on as TCP and see
 // each other's bytes exactly, whichever speaks first.
 func TestRemoteSMCToSMC(t *testing.T) {
 	cache := withRemoteLoopback(t)

@@ -90,6 +90,20 @@ func rxeCounter(t *testing.T, name string) uint64 {
 	return v
 }
 
+// rxeCounters lists rxe0's non-zero port counters, for a failure's message.
+func rxeCounters() string {
+	dir := "/sys/class/infiniband/rxe0/ports/1/hw_counters/"
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + e.Name())
+		if v := strings.TrimSpace(string(b)); err == nil && v != "0" {
+			out = append(out, e.Name()+"="+v)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // startCapture records the frames of eth0 to or from TCP port port into a pcap file in
 // dir (an AF_PACKET socket: what tcpdump does, without a capture tool in the instance),
 // until the returned stop is called.
@@ -195,7 +209,7 @@ func streamBoth(t *testing.T, c *Conn, mine uint64, n int) {
 		if sc, ok := c.backend.(*smcr.Conn); ok {
 			link = sc.Group().Err()
 		}
-		t.Fatalf("reading the peer's %d bytes: %v after %d bytes (link: %v; stats %+v)", n, err, got, link, c.Stats())
+		t.Fatalf("reading the peer's %d bytes: %v after %d bytes (link: %v; stats %+v; rxe0: %s)", n, err, got, link, c.Stats(), rxeCounters())
 	}
 	require.NoError(t, <-werr)
 	mySum := <-wrote

@@ -1,0 +1,63 @@
+package smcloop
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/verbs"
+	"github.com/smcloop/smcloop/test/uml/umltest"
+)
+
+// backendTableTests are the tests that run the core's semantics on every backend of the
+// table (forEachBackend): corking, MSG_MORE and NoDelay, autocorking, autosplit,
+// sendfile, WriteTo and ReadFrom, window updates, the close states and deadlines.
+var backendTableTests = []struct {
+	name string
+	f    func(*testing.T)
+}{
+	{"CloseStates", TestCloseStates},
+	{"Deadlines", TestDeadlines},
+	{"CorkHoldsUntilUncork", TestCorkHoldsUntilUncork},
+	{"CorkPushesWhenFull", TestCorkPushesWhenFull},
+	{"WriteMoreAndNoDelay", TestWriteMoreAndNoDelay},
+	{"CloseFlushesCorkedBytes", TestCloseFlushesCorkedBytes},
+	{"Autocork", TestAutocork},
+	{"AutosplitBoundaries", TestAutosplitBoundaries},
+	{"SendfileExact", TestSendfileExact},
+	{"WriteToFile", TestWriteToFile},
+	{"ReadFromStreamPublishesEachPiece", TestReadFromStreamPublishesEachPiece},
+	{"WindowUpdatePublication", TestWindowUpdatePublication},
+}
+
+// TestBackendsInUML runs the semantics table inside a User-Mode Linux instance with
+// soft-RoCE (docs/UML.md), the test binary built with the rdma tag, where the table
+// gains "smcr-rxe": SMC-R over the real verbs of rxe0 through the libibverbs binding,
+// two device contexts whose link reaches itself over rxe's loopback. The fake, SMC-D and
+// SMC-R on the fake fabric run beside it, from the same table. On the host it runs
+// through umltest.Run, which skips it when no UML kernel is built.
+func TestBackendsInUML(t *testing.T) {
+	if !umltest.Enabled() {
+		umltest.Run(t, umltest.Config{Instances: 1, Tags: []string{"rdma"}, Timeout: 240 * time.Second})
+		return
+	}
+	require.True(t, verbs.Available(), "built without the rdma tag")
+	saved := backends
+	t.Cleanup(func() { backends = saved })
+	backends = append(backends[:len(backends):len(backends)], struct {
+		name string
+		pipe pairFunc
+	}{"smcr-rxe", smcrRxePipe})
+	for _, tc := range backendTableTests {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// smcrRxePipe is smcrPipe on rxe0: a link group on each of two contexts of the device,
+// the link set up as the handshake would, one connection on each.
+func smcrRxePipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
+	t.Helper()
+	env := newSMCREnvOn(t, verbs.System(), verbs.System())
+	return env.pair(t, dcfg, lcfg, true, true)
+}
