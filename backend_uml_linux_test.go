@@ -1,10 +1,12 @@
 package smcloop
 
 import (
+	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
 
 	"github.com/smcloop/smcloop/internal/verbs"
 	"github.com/smcloop/smcloop/test/uml/umltest"
@@ -35,8 +37,9 @@ var backendTableTests = []struct {
 // soft-RoCE (docs/UML.md), the test binary built with the rdma tag, where the table
 // gains "smcr-rxe": SMC-R over the real verbs of rxe0 through the libibverbs binding,
 // two device contexts whose link reaches itself over rxe's loopback. The fake, SMC-D and
-// SMC-R on the fake fabric run beside it, from the same table. On the host it runs
-// through umltest.Run, which skips it when no UML kernel is built.
+// SMC-R on the fake fabric run beside it, from the same table; then nettest.TestConn on
+// SMC-R over rxe0. On the host it runs through umltest.Run, which skips it when no UML
+// kernel is built.
 func TestBackendsInUML(t *testing.T) {
 	if !umltest.Enabled() {
 		umltest.Run(t, umltest.Config{Instances: 1, Tags: []string{"rdma"}, Timeout: 240 * time.Second})
@@ -52,6 +55,14 @@ func TestBackendsInUML(t *testing.T) {
 	for _, tc := range backendTableTests {
 		t.Run(tc.name, tc.f)
 	}
+	// net.Conn conformance on the plain, asynchronous backend over rxe0.
+	t.Run("Nettest/smcr-rxe", func(t *testing.T) {
+		nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+			env := newSMCREnvOn(t, verbs.System(), verbs.System())
+			a, b := env.pair(t, Config{}, Config{}, true, false)
+			return a, b, func() { a.Close(); b.Close() }, nil
+		})
+	})
 }
 
 // smcrRxePipe is smcrPipe on rxe0: a link group on each of two contexts of the device,
