@@ -21,9 +21,10 @@ import (
 type pairFunc func(t testing.TB, dcfg, lcfg Config) (client, server *Conn)
 
 // backends are the data paths the core's semantics tests run on, one sub-test each: the
-// in-memory fake (no shared memory, no descriptors) and SMC-D through a real listener
-// and dialer. What the core decides (corking, autosplit, window updates, the close state
-// machine, deadlines) must come out the same on both.
+// in-memory fake (no shared memory, no descriptors), SMC-D through a real listener
+// and dialer, and SMC-R on a fake RDMA fabric (smcrPipe). What the core decides
+// (corking, autosplit, window updates, the close state machine, deadlines) must come
+// out the same on all.
 var backends = []struct {
 	name string
 	pipe pairFunc
@@ -33,6 +34,7 @@ var backends = []struct {
 		return c, s
 	}},
 	{"smcd", pipe},
+	{"smcr-fake", smcrPipe},
 }
 
 // forEachBackend runs f as a sub-test on every backend.

@@ -1,6 +1,7 @@
 package smcloop
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -136,6 +137,25 @@ func newBackendConn(tcp *countingConn, cfg *settings, b datapath.Backend, server
 	c.rx.size, c.tx.size = len(b.RxRing()), len(b.TxBuf())
 	c.initWindow()
 	return c
+}
+
+// peerReset is the error of a connection whose peer aborted it: ErrPeerReset, wrapping
+// why the data path failed when the backend knows (datapath.Failure: an SMC-R link that
+// went down), so errors.Is matches both.
+func (c *Conn) peerReset() error {
+	if f, ok := c.backend.(datapath.Failure); ok {
+		if err := f.Failure(); err != nil {
+			return fmt.Errorf("%w: %w", ErrPeerReset, err)
+		}
+	}
+	return ErrPeerReset
+}
+
+// txPending reports whether the backend has publications in flight (datapath.TxPending;
+// false for a backend whose publications are done when they return).
+func (c *Conn) txPending() bool {
+	tp, ok := c.backend.(datapath.TxPending)
+	return ok && tp.TxPending()
 }
 
 // connTestHooks change how one connection works, for tests of paths that are otherwise

@@ -143,7 +143,7 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		}
 		switch {
 		case cf&cdc.PeerConnAbort != 0:
-			return 0, c.opError("read", ErrPeerReset)
+			return 0, c.opError("read", c.peerReset())
 		case cf&peerStopFlags != 0, c.rx.shut.Load():
 			return 0, io.EOF
 		case gone:

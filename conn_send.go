@@ -250,7 +250,7 @@ func (c *Conn) waitSpace() (int, error) {
 		}
 		switch {
 		case cf&cdc.PeerConnAbort != 0:
-			return 0, c.opError("write", ErrPeerReset)
+			return 0, c.opError("write", c.peerReset())
 		case cf&cdc.PeerConnClosed != 0:
 			return 0, c.opError("write", ErrPeerClosed)
 		case gone:
@@ -358,9 +358,11 @@ func (c *Conn) flushLocked(endOfWrite bool, segment int, splitting bool) bool {
 	// The consumer cursor as this write last saw it: no extra shared load per write. The
 	// peer counts as behind while it still has several times as much published data to
 	// consume as would be held back: then a held write costs it nothing, while holding
-	// more would leave it idle waiting (autocorkBacklog).
+	// more would leave it idle waiting (autocorkBacklog). With any backlog it also counts
+	// as behind while a publication of a backend whose publications complete later (SMC-R)
+	// is in flight (smc_tx_should_cork's smc_cdc_tx_has_pending).
 	backlog := cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prod)
-	st.peerBehind = backlog > 0 && backlog >= autocorkBacklog*pending
+	st.peerBehind = backlog > 0 && (backlog >= autocorkBacklog*pending || c.txPending())
 	push, why := flushDecision(st)
 	switch why {
 	case pushSplit:

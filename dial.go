@@ -69,9 +69,11 @@ func (d *Dialer) Dial(network, address string) (*Conn, error) {
 // decline by either side yields a working TCP connection; a handshake that times out or
 // breaks the protocol is an error, as with the kernel.
 //
-// CLC is spoken only to a local smcloop listener (see docs/CAPABILITY.md): against any
-// other server the connection is plain TCP from the first byte, with fallback reason
-// PEERNOSMC, exactly like a kernel SMC socket whose SYN-ACK lacked the SMC option.
+// CLC is spoken only to a local smcloop listener, or, in a process with an RDMA device,
+// to an smcloop listener on another host that acknowledged the connection's announcement
+// (see docs/CAPABILITY.md): against any other server the connection is plain TCP from the
+// first byte, with fallback reason PEERNOSMC, exactly like a kernel SMC socket whose
+// SYN-ACK lacked the SMC option.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	return d.dial(ctx, network, address, false)
 }
@@ -92,6 +94,9 @@ func (d *Dialer) dial(ctx context.Context, network, address string, background b
 	}
 	if network == "unix" {
 		return d.dialUnix(ctx, address, cfg, background)
+	}
+	if c, ok, err := d.dialRemote(ctx, network, address, cfg); ok {
+		return c, err // another host, and this process can offer SMC-R (dial_remote.go)
 	}
 	if plainDestination(ctx, address) {
 		// A literal address with no smcloop listener behind it: plain TCP, dialed as net

@@ -50,8 +50,8 @@
 // The packages below the module root are the layers: shm (fd passing, peer credentials,
 // memfd regions), ism (the emulated ISM device: DMBs in memfd slabs, one signal channel
 // per device pair, in-process bells), cdc (cursors and the CDC area),
-// clc (handshake messages), smcd (the SMC-D backend and its link groups), smcr (SMC-R
-// wire parts). The connection core in this package knows no backend: the SMC-D steps of
+// clc (handshake messages), smcd (the SMC-D backend and its link groups), smcr (the
+// SMC-R backend over RDMA verbs and its wire parts). The connection core in this package knows no backend: the SMC-D steps of
 // the handshake are in one file beside the shared CLC exchange, and docs/ARCHITECTURE.md
 // ("Adding a backend") describes how another backend joins.
 package smcloop

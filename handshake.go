@@ -105,7 +105,11 @@ type handshake struct {
 	buf     [clc.MaxProposalLen]byte // the message being read
 	wbuf    [clc.MaxProposalLen]byte // the message being written
 	version uint8
-	ism     ismHandshake
+	// paths are the Accept/Confirm layouts this side can receive: what it proposed
+	// (client) or accepted (server).
+	paths clc.Path
+	ism   ismHandshake
+	rdma  rdmaHandshake
 }
 
 func (h *handshake) fail(step string, err error) error {
@@ -114,7 +118,10 @@ func (h *handshake) fail(step string, err error) error {
 }
 
 // release gives back what the backend set up for a handshake that did not end in SMC.
-func (h *handshake) release() { h.ism.release() }
+func (h *handshake) release() {
+	h.ism.release()
+	h.rdma.release()
+}
 
 // newHandshake starts one side's handshake on tcp and sets the deadline that bounds it:
 // the CLC timeout, or the context's deadline if sooner. The kernel applies the CLC
@@ -126,7 +133,7 @@ func newHandshake(ctx context.Context, tcp net.Conn, cfg *settings, network, sid
 	h := handshakePool.Get().(*handshake)
 	// Field by field: the message buffers need no clearing.
 	h.tcp, h.cfg, h.network, h.side, h.version = &countingConn{Conn: tcp}, cfg, network, side, clc.V2
-	h.ism = ismHandshake{}
+	h.paths, h.ism, h.rdma = clc.PathD, ismHandshake{}, rdmaHandshake{}
 	h.rd.c, h.rd.r, h.rd.w = h.tcp, 0, 0
 	dl := time.Now().Add(cfg.handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
@@ -142,7 +149,7 @@ var handshakePool = sync.Pool{New: func() any { return new(handshake) }}
 // done returns h to the pool; the connection it built keeps nothing of it.
 func (h *handshake) done() {
 	h.tcp, h.cfg, h.rd.c = nil, nil, nil
-	h.ism = ismHandshake{}
+	h.ism, h.rdma = ismHandshake{}, rdmaHandshake{}
 	handshakePool.Put(h)
 }
 
@@ -156,7 +163,7 @@ func (h *handshake) read(expect clc.MsgType) (clc.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	return clc.Parse(raw)
+	return clc.ParseWith(raw, h.paths)
 }
 
 // decline sends a Decline with code and turns the connection into a TCP fallback.
@@ -239,24 +246,42 @@ func peerTrusted(tcp net.Conn) bool {
 
 // clientHandshake runs the client side (__smc_connect) over an established TCP conn: it
 // proposes what this side's backends offer, and hands an Accept to the backend it names
-// (smc_connect_ism; SMC-R's smc_connect_rdma will sit beside it).
+// (smc_connect_ism, smc_connect_rdma). SMC-D serves a server on this host, SMC-R one on
+// another.
 func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings, network string) (*Conn, error) {
+	return clientHandshakeTo(ctx, tcp, cfg, network, false)
+}
+
+// clientHandshakeTo is clientHandshake; with remote the server is on another host (the
+// cross-host signal announced the connection), where only SMC-R can serve it.
+func clientHandshakeTo(ctx context.Context, tcp net.Conn, cfg *settings, network string, remote bool) (*Conn, error) {
 	h := newHandshake(ctx, tcp, cfg, network, "client")
 	defer h.done()
-	if !cfg.smcd {
-		// No ISM device: tell the server instead of proposing (smc_connect_decline_fallback).
-		return h.decline(clc.DeclNoSMCDev)
-	}
-	if !peerTrusted(tcp) {
-		// The server's socket belongs to a user we share no memory with: it learns
-		// nothing of our device, and the connection is TCP (docs/SECURITY.md).
-		return h.decline(clc.DeclNoSMCD2Dev)
-	}
 	prop := &clc.Proposal{
 		Version: clc.V2, TypeV1: clc.PathN, TypeV2: clc.PathN, // each backend adds its path
 		Release: clc.Release1, UEIDs: [][clc.EIDLen]byte{cfg.ueid}, FeatureMask: localFeatures,
 	}
-	h.proposeISM(prop)
+	h.paths = clc.PathN
+	if remote || peerRemote(tcp) {
+		if !h.proposeRDMA(prop) {
+			// No RDMA device: tell the server instead of proposing
+			// (smc_connect_decline_fallback).
+			return h.decline(clc.DeclNoSMCRDev)
+		}
+		h.paths = clc.PathR
+	} else {
+		if !cfg.smcd {
+			// No ISM device: tell the server instead of proposing.
+			return h.decline(clc.DeclNoSMCDev)
+		}
+		if !peerTrusted(tcp) {
+			// The server's socket belongs to a user we share no memory with: it learns
+			// nothing of our device, and the connection is TCP (docs/SECURITY.md).
+			return h.decline(clc.DeclNoSMCD2Dev)
+		}
+		h.proposeISM(prop)
+		h.paths = clc.PathD
+	}
 	msg, err := prop.Append(h.wbuf[:0])
 	if err != nil {
 		return nil, h.fail("encoding the proposal", err)
@@ -272,7 +297,13 @@ func clientHandshake(ctx context.Context, tcp net.Conn, cfg *settings, network s
 		h.release()
 		return h.fallback(clc.DeclPeerDecl, d.Code), nil
 	}
-	return h.connectISM(m.(*clc.AcceptConfirm))
+	switch acc := m.(type) {
+	case *clc.AcceptConfirmR:
+		return h.connectRDMA(acc)
+	case *clc.AcceptConfirm:
+		return h.connectISM(acc)
+	}
+	return nil, h.fail("waiting for accept", fmt.Errorf("%w: %T in place of an accept", ErrProtocol, m))
 }
 
 // serverHandshake runs the server side (smc_listen_work) over an accepted TCP conn.
@@ -293,6 +324,12 @@ func serverDecline(ctx context.Context, tcp net.Conn, cfg *settings, network str
 func serverHandshakeOr(ctx context.Context, tcp net.Conn, cfg *settings, network string, declineWith uint32) (*Conn, error) {
 	h := newHandshake(ctx, tcp, cfg, network, "server")
 	defer h.done()
+	return h.serve(declineWith, false)
+}
+
+// serve is the server handshake from the client's first CLC message on; with remote the
+// client is on another host (handshake_remote.go), where only SMC-R can serve it.
+func (h *handshake) serve(declineWith uint32, remote bool) (*Conn, error) {
 	m, err := h.read(clc.TypeProposal)
 	if err != nil {
 		return nil, h.fail("waiting for proposal", err)
@@ -305,7 +342,12 @@ func serverHandshakeOr(ctx context.Context, tcp net.Conn, cfg *settings, network
 	if declineWith != 0 {
 		return h.decline(declineWith)
 	}
-	if cfg.smcd && !peerTrusted(tcp) {
+	if remote || peerRemote(h.tcp.Conn) {
+		// A client on another host: SMC-R or nothing (smc_listen_rdma_init).
+		h.paths = clc.PathR
+		return h.listenRDMA(prop)
+	}
+	if h.cfg.smcd && !peerTrusted(h.tcp.Conn) {
 		// A client of a user we share no memory with gets no token and no attach: the
 		// devices it names are never contacted on its behalf (docs/SECURITY.md).
 		return h.decline(clc.DeclNoSMCD2Dev)

@@ -21,9 +21,10 @@ func TestCoreImportsNoBackend(t *testing.T) {
 	const module = "github.com/smcloop/smcloop/"
 	allowed := map[string][]string{
 		"handshake_smcd.go": {module + "smcd", module + "ism"},
+		"handshake_smcr.go": {module + "smcr", module + "internal/verbs"},
 		"config.go":         {module + "ism"},
 	}
-	backends := []string{module + "smcd", module + "ism"}
+	backends := []string{module + "smcd", module + "ism", module + "smcr", module + "internal/verbs"}
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	var offending []string

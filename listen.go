@@ -111,7 +111,8 @@ type Listener struct {
 	limitHS bool
 	workers int
 	delay   time.Duration
-	adv     advert // our capability signal (and, for TCP, registration table)
+	adv     advert       // our capability signal (and, for TCP, registration table)
+	remote  remoteSignal // the cross-host signal, for SMC-R (listen_remote.go)
 	// plainReason is the fallback reason of a client that did not announce itself:
 	// PEERNOSMC, or NOSMCDEV in a build without SMC-D.
 	plainReason uint32
@@ -242,6 +243,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		tcp.Close()
 		return fail(fmt.Errorf("smcloop: advertising SMC capability for %v: %w", tcp.Addr(), err))
 	}
+	l.remote.start(tcp.Addr()) // listen_remote.go: TCP only if it cannot
 	l.inflight = make([]atomic.Pointer[net.Conn], workers)
 	l.idle = make(chan int, workers)
 	for i := range workers {
@@ -305,7 +307,9 @@ func (l *Listener) acceptLoop() {
 		}
 		retry.Reset()
 		l.accepted.Add(1)
-		if !l.clientAnnounced(tcp) {
+		local := l.clientAnnounced(tcp)
+		remote := !local && l.remote.announced(tcp)
+		if !local && !remote {
 			l.fallback.Add(1)
 			c := plainConn(tcp, l.cfg, l.network, l.plainReason)
 			countHandshake(sideServer, c, nil)
@@ -319,7 +323,7 @@ func (l *Listener) acceptLoop() {
 		select {
 		case l.hsSlots <- struct{}{}:
 		default:
-			l.declineBusy(tcp)
+			l.declineBusy(tcp, remote)
 			continue
 		}
 		var start time.Time // only LimitHandshake times handshakes
@@ -327,7 +331,7 @@ func (l *Listener) acceptLoop() {
 			start = time.Now()
 		}
 		l.hsStarted(start)
-		l.jobs <- hsJob{tcp, start} // never blocks: jobs has the handshake slots' capacity
+		l.jobs <- hsJob{tcp, start, remote} // never blocks: jobs has the handshake slots' capacity
 		l.startWorker()
 	}
 }
@@ -346,8 +350,9 @@ func (l *Listener) startWorker() {
 
 // hsJob is an accepted connection whose client will speak CLC.
 type hsJob struct {
-	tcp   net.Conn
-	start time.Time // accepted
+	tcp    net.Conn
+	start  time.Time // accepted
+	remote bool      // announced through the cross-host signal (listen_remote.go)
 }
 
 // clientAnnounced reports whether the client of tcp announced the connection in our
@@ -435,6 +440,7 @@ func (l *Listener) applySignalLocked(now time.Time) {
 		// client that looks before the first of them is accepted.)
 		l.adv.Probe(1)
 	}
+	l.remote.set(want)
 }
 
 // retryLimit runs when an open breaker's back-off has passed.
@@ -451,7 +457,7 @@ func (l *Listener) worker(i int) {
 	for {
 		select {
 		case j := <-l.jobs:
-			l.hsFinished(j.start, l.handshake(j.tcp, &l.inflight[i]))
+			l.hsFinished(j.start, l.handshake(j.tcp, j.remote, &l.inflight[i]))
 			continue
 		case <-l.closed:
 			return
@@ -472,7 +478,7 @@ func (l *Listener) worker(i int) {
 
 // handshake runs one server handshake and reports whether it completed (SMC or a
 // decline); a failed one is dropped. While it runs, tcp is in the worker's inflight slot.
-func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool {
+func (l *Listener) handshake(tcp net.Conn, remote bool, slot *atomic.Pointer[net.Conn]) bool {
 	slot.Store(&tcp)
 	if l.shut.Load() {
 		tcp.Close() // Close may have looked at the slot before we filled it
@@ -483,8 +489,14 @@ func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool 
 		case <-l.closed:
 		}
 	}
-	c, err := serverHandshake(context.Background(), tcp, l.cfg, l.network) // Close aborts it (inflight)
-	slot.Store(nil)                                                        // from here on the connection is ours to deliver or drop
+	var c *Conn
+	var err error // Close aborts the handshake (inflight)
+	if remote {
+		c, err = serverHandshakeRemote(context.Background(), tcp, l.cfg, l.network, 0) // handshake_remote.go
+	} else {
+		c, err = serverHandshake(context.Background(), tcp, l.cfg, l.network)
+	}
+	slot.Store(nil) // from here on the connection is ours to deliver or drop
 	countHandshake(sideServer, c, err)
 	<-l.hsSlots
 	if err != nil {
@@ -507,7 +519,7 @@ func (l *Listener) handshake(tcp net.Conn, slot *atomic.Pointer[net.Conn]) bool 
 // reads the client's proposal and declines it with MEM, so the client goes on as TCP
 // at once and the proposal is never delivered as data. While as many are being declined
 // as the backlog allows, further ones are closed unanswered.
-func (l *Listener) declineBusy(tcp net.Conn) {
+func (l *Listener) declineBusy(tcp net.Conn, remote bool) {
 	select {
 	case l.busy <- struct{}{}:
 	default:
@@ -528,7 +540,13 @@ func (l *Listener) declineBusy(tcp net.Conn) {
 	l.busyDeclined.Add(1)
 	go func() {
 		defer l.wg.Done()
-		c, err := serverDecline(context.Background(), tcp, l.cfg, l.network, clc.DeclMem) // Close aborts it (busyTCP)
+		var c *Conn
+		var err error // Close aborts it (busyTCP)
+		if remote {
+			c, err = serverHandshakeRemote(context.Background(), tcp, l.cfg, l.network, clc.DeclMem)
+		} else {
+			c, err = serverDecline(context.Background(), tcp, l.cfg, l.network, clc.DeclMem)
+		}
 		l.busyMu.Lock()
 		delete(l.busyTCP, tcp)
 		l.busyMu.Unlock()
@@ -657,6 +675,7 @@ func (l *Listener) shutdown() (err error) {
 		// connection is refused or closed undelivered below, never taken by another
 		// listener on this port (docs/CAPABILITY.md).
 		l.adv.Close()
+		l.remote.close()
 		err = l.tcp.Close()
 		if errors.Is(err, net.ErrClosed) {
 			err = nil

@@ -92,6 +92,9 @@ func (c *Conn) monitor() {
 // group's termination for a violation, which tells the peer's device, is handed to the
 // watcher's terminators.
 func (c *Conn) peerTCPEvent(n int) {
+	if s, ok := c.backend.(datapath.Settler); ok {
+		s.Settle() // an asynchronous backend takes in the close flag that came before the close
+	}
 	violated := n > 0 && !c.closed.Load() &&
 		c.abortLocal(errors.New("unexpected bytes on the CLC socket of an established SMC connection"))
 	c.peerGone.Store(true)

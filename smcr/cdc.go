@@ -1,7 +1,15 @@
-// Package smcr holds the SMC-R parts that do not need RDMA hardware: the 44-byte SMC-R CDC
-// message (struct smc_cdc_msg) that an SMC-R link sends as an IB SEND, with the kernel's
-// rules for stale messages and cursors. The verbs data path that will carry it is not part
-// of this module yet; the SMC-D backend (package smcd) drives the same connection core.
+// Package smcr is the SMC-R backend: a connection's bytes move by RDMA WRITE into the
+// peer's RMB over an RC queue pair, and its cursors by the 44-byte SMC-R CDC message
+// (struct smc_cdc_msg) sent as an IB SEND on the same queue pair.
+//
+// It is built over the verbs interfaces of internal/verbs only, so it runs on the
+// in-memory fabric of package verbstest as on libibverbs. A [Device] is an open RDMA
+// device with its chosen port and GID; a [LinkGroup] is the link group with one peer (one
+// RC link, one completion channel with a send and a receive CQ, and one goroutine that
+// polls them, demultiplexes what arrives and runs the LLC state machines and the
+// TEST_LINK keepalive); a [Conn] is one connection's datapath.Backend over a pooled
+// [RMB] and a send buffer. The wire formats are here too: the CDC message (cdc.go) and
+// the LLC messages (llc.go). docs/SMC-R.md describes the whole.
 package smcr
 
 import (

@@ -166,3 +166,32 @@ type Backend interface {
 	// into the local ring. No other call is running or follows.
 	Close(peerDone bool)
 }
+
+// TxPending is implemented by a backend whose publications complete later (SMC-R: a CDC
+// message is a work request until its completion). While TxPending reports true the
+// core's autocorking holds small writes of a peer that has not consumed what it has, as
+// the kernel's smc_tx_should_cork does on smc_cdc_tx_has_pending.
+type TxPending interface {
+	// TxPending reports whether publications are still in flight.
+	TxPending() bool
+}
+
+// Failure is implemented by a backend whose data path can fail under a connection (SMC-R:
+// its link group's link goes down). Such a backend reports the abort through PeerCons
+// (peer_conn_abort) and wakes the local sleepers; Failure then says why, and the core
+// wraps it into the error it returns.
+type Failure interface {
+	// Failure is why the data path stopped working, nil while it works.
+	Failure() error
+}
+
+// Settler is implemented by a backend whose peer's publications arrive asynchronously
+// (SMC-R: CDC messages a goroutine takes from a completion queue). The core calls Settle
+// when the liveness channel closes, before it looks for the peer's close flag: the peer
+// published it before closing, and Settle makes what already arrived visible. Settle
+// waits for nothing of the peer's.
+type Settler interface {
+	// Settle returns once what the peer's publications delivered so far is visible to
+	// PeerProd and PeerCons.
+	Settle()
+}

@@ -32,6 +32,7 @@ var slowInputs = map[string]int{
 	"FuzzAdversarialPeer": 300,
 	"FuzzParseWire":       5000,
 	"FuzzFabric":          20000,
+	"FuzzHandle":          20000, // a link group per input, about 8,000 a second
 }
 
 func main() {

@@ -10,7 +10,7 @@ var errInval error = syscall.EINVAL
 
 // ErrNoDevice is what Open returns for a device that does not exist, and what every
 // call of a binding built without verbs returns: SMC-R then declines with the kernel's
-// SMC_CLC_DECL_NOSMCRDEV (0x03030000) and the connection takes SMC-D or TCP.
+// SMC_CLC_DECL_NOSMCRDEV (0x03030002) and the connection takes SMC-D or TCP.
 var ErrNoDevice = errors.New("verbs: no RDMA device")
 
 // ErrClosed is what a call on a closed object returns.
