@@ -81,6 +81,7 @@ type Conn struct {
 	violated  atomic.Bool
 	peerGone  atomic.Bool
 	closed    atomic.Bool
+	lingering atomic.Bool // closed, the RMB kept until the peer's close flag or the link's end
 }
 
 // NewConn makes a connection on the group with its own RMB and alert token, for the CLC
@@ -344,6 +345,11 @@ func (c *Conn) deliver(m *CDC) bool {
 	c.peerProd = m.Prod
 	c.peerCons = datapath.Cons{Cursor: m.Cons, ProdFlags: m.ProdFlags, ConnFlags: m.ConnFlags}
 	c.rxMu.Unlock()
+	if c.lingering.Load() && m.ConnFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0 {
+		// Not on the group's goroutine: giving the RMB back may need an LLC exchange
+		// (DELETE_RKEY), whose answer that goroutine receives.
+		go c.endLinger()
+	}
 	c.WakeLocal()
 	return true
 }
@@ -356,6 +362,9 @@ func (c *Conn) linkDown(err error) {
 		c.failed = err
 	}
 	c.rxMu.Unlock()
+	if c.lingering.Load() {
+		c.endLinger() // the link is down: the RMB is freed, no peer writes into it
+	}
 	c.WakeLocal()
 }
 
@@ -439,19 +448,52 @@ func (c *Conn) Close(peerDone bool) {
 		return
 	}
 	g := c.g
-	g.mu.Lock()
-	delete(g.conns, c.token)
-	g.mu.Unlock()
 	c.awaitSent()
 	if c.sndMR != nil {
 		c.sndMR.Close()
 		c.sndMem.Close()
 		g.memDone()
 	}
-	reuse := (peerDone || c.peerGone.Load()) && !c.violated.Load() && c.Err() == nil
-	g.putRMB(c.rmb, reuse)
 	c.rx.close()
 	c.wx.close()
+	if !peerDone && !c.peerGone.Load() && !c.violated.Load() && c.Err() == nil {
+		// The peer may still write into the RMB: RDMA WRITEs it posted before it saw our
+		// close, and what it writes until it closes too. Freeing the RMB now would fail
+		// them (remote access error) and take the whole link down; so the RMB lingers,
+		// the connection staying on the group for the peer's CDC messages, until the
+		// peer's close or abort flag arrives (deliver) or the link ends (linkDown), as
+		// an SMC-D DMB lingers until its peer's close flag shows in it.
+		c.lingering.Store(true)
+		if c.peerClosed() || c.Err() != nil { // it came meanwhile
+			c.endLinger()
+		}
+		return
+	}
+	g.mu.Lock()
+	delete(g.conns, c.token)
+	g.mu.Unlock()
+	reuse := (peerDone || c.peerGone.Load()) && !c.violated.Load() && c.Err() == nil
+	g.putRMB(c.rmb, reuse)
+}
+
+// peerClosed reports whether the peer's last CDC message carried its close or abort flag.
+func (c *Conn) peerClosed() bool {
+	c.rxMu.Lock()
+	defer c.rxMu.Unlock()
+	return c.peerCons.ConnFlags&(cdc.PeerConnClosed|cdc.PeerConnAbort) != 0
+}
+
+// endLinger ends a closed connection's linger, once: it leaves the group, and its RMB
+// goes back to the pool, or is freed if the link is down.
+func (c *Conn) endLinger() {
+	if !c.lingering.CompareAndSwap(true, false) {
+		return
+	}
+	g := c.g
+	g.mu.Lock()
+	delete(g.conns, c.token)
+	g.mu.Unlock()
+	g.putRMB(c.rmb, c.Err() == nil)
 }
 
 // Group is the link group the connection belongs to.

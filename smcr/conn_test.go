@@ -2,6 +2,7 @@ package smcr
 
 import (
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -48,9 +49,51 @@ func TestRMBReuseAndRelease(t *testing.T) {
 	sc.Close(true) // DELETE_RKEY: the peer forgets it
 	assert.Zero(t, p.s.FreeRMBs(), "not kept after a violation")
 	assert.NotContains(t, peerKeys(p.c), rkey)
-	cc.Close(false) // the peer may still write: withdrawn too
+	ckey := cc.RMB().RKey()
+	cc.Close(false) // the peer may still write: the RMB lingers, registered
 	assert.Zero(t, p.c.FreeRMBs())
-	assert.Empty(t, peerKeys(p.s))
+	assert.Contains(t, peerKeys(p.s), ckey, "a lingering RMB keeps its rkey")
+}
+
+// TestCloseLingers: a connection closed before its peer keeps its RMB registered (the
+// peer's RDMA WRITEs in flight land there instead of failing the link) until the peer's
+// close flag arrives; then the RMB goes back to the pool. A link that ends frees a
+// lingering RMB.
+func TestCloseLingers(t *testing.T) {
+	p := newGroupPair(t, nil)
+	defer p.c.Close()
+	defer p.s.Close()
+	cc, sc := p.connPair(t, 16<<10, 16<<10, true)
+	cc.Close(false)
+	assert.Zero(t, p.c.FreeRMBs(), "lingering, not pooled")
+	// The peer still writes, then closes.
+	copy(sc.TxBuf(), "late")
+	sc.PushProd(cdcCursor(0, 4), 0, 4)
+	require.NoError(t, p.c.Sync())
+	assert.Equal(t, "late", string(cc.RxRing()[:4]), "the late bytes landed")
+	sc.PublishCons(datapath.Cons{ConnFlags: cdc.PeerConnClosed}, datapath.Reader|datapath.Writer)
+	require.NoError(t, p.c.Sync())
+	waitPooled(t, p.c, 1)
+	assert.Zero(t, cc.RxRing()[0], "a pooled RMB is cleared")
+	assert.NoError(t, p.c.Err(), "the link is up")
+	sc.Close(true)
+
+	// A link that ends frees a lingering RMB.
+	cc, sc = p.connPair(t, 16<<10, 16<<10, false)
+	cc.Close(false)
+	sc.Close(false)
+	before := p.dc.Live().MRs
+	p.c.Close()
+	assert.Less(t, p.dc.Live().MRs, before, "the lingering RMB was freed with the link")
+}
+
+// waitPooled waits, at most the watchdog, until g keeps n idle RMBs: a linger ends on a
+// goroutine of its own.
+func waitPooled(t *testing.T, g *LinkGroup, n int) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); g.FreeRMBs() != n; runtime.Gosched() {
+		require.False(t, time.Now().After(end), "the group keeps %d idle RMBs, want %d", g.FreeRMBs(), n)
+	}
 }
 
 // TestPeerLostEndsGroup: a connection whose peer process vanished (PeerLost) takes its
