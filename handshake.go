@@ -108,8 +108,10 @@ type handshake struct {
 	// paths are the Accept/Confirm layouts this side can receive: what it proposed
 	// (client) or accepted (server).
 	paths clc.Path
-	ism   ismHandshake
-	rdma  rdmaHandshake
+	// deadline bounds the whole exchange, every wait of the backends' steps included.
+	deadline time.Time
+	ism      ismHandshake
+	rdma     rdmaHandshake
 }
 
 func (h *handshake) fail(step string, err error) error {
@@ -139,6 +141,7 @@ func newHandshake(ctx context.Context, tcp net.Conn, cfg *settings, network, sid
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
 	}
+	h.deadline = dl
 	tcp.SetDeadline(dl)
 	return h
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/internal/presence"
@@ -30,14 +32,16 @@ import (
 
 // rdmaHandshake is the SMC-R state of one side's handshake.
 type rdmaHandshake struct {
-	dev   *smcr.Device
-	group *smcr.LinkGroup
-	first bool // the group is this connection's: first contact
-	conn  *smcr.Conn
+	dev    *smcr.Device
+	group  *smcr.LinkGroup
+	first  bool // the group is this connection's: first contact
+	conn   *smcr.Conn
+	unlock func() // holds the peer's first-contact lock, nil if not held
 }
 
 // release gives back what a handshake that did not end in SMC-R set up: the connection's
-// RMB, and a link group it started, which no other connection can be using yet.
+// RMB, and a link group it started, which no other connection can be using yet; and the
+// first-contact lock.
 func (s *rdmaHandshake) release() {
 	if s.conn != nil {
 		s.conn.Close(false)
@@ -47,6 +51,67 @@ func (s *rdmaHandshake) release() {
 		s.group.Close()
 	}
 	s.group, s.first = nil, false
+	s.releaseLock()
+}
+
+// releaseLock lets the next handshake with the same peer find or start its link group.
+func (s *rdmaHandshake) releaseLock() {
+	if s.unlock != nil {
+		s.unlock()
+		s.unlock = nil
+	}
+}
+
+// peerLocks serialise one side's handshakes with one peer from the look-up of the link
+// group until a group the handshake started is up (CONFIRM_LINK), as the kernel's
+// smc_server_lgr_pending and smc_client_lgr_pending do, so that two first contacts with
+// one peer do not each start a group: the later one waits and joins the group the
+// earlier one made. Unlike the kernel's, the locks are per peer (its system ID and GID),
+// so a peer that stalls its first contact holds up no other peer's handshakes, and a
+// wait ends at the handshake's deadline.
+type peerLocks struct {
+	mu    sync.Mutex
+	locks map[smcr.GroupKey]*peerLock
+}
+
+type peerLock struct {
+	ch   chan struct{} // capacity 1: full while held
+	refs int           // handshakes holding or waiting for it
+}
+
+// rdmaPeerLocks are the locks of the groups this process serves and dials.
+var rdmaPeerLocks [2]peerLocks // by smcr.Role
+
+// lock takes key's lock, waiting at most until deadline; it returns the unlock, or false.
+func (p *peerLocks) lock(key smcr.GroupKey, deadline time.Time) (func(), bool) {
+	p.mu.Lock()
+	if p.locks == nil {
+		p.locks = make(map[smcr.GroupKey]*peerLock)
+	}
+	l := p.locks[key]
+	if l == nil {
+		l = &peerLock{ch: make(chan struct{}, 1)}
+		p.locks[key] = l
+	}
+	l.refs++
+	p.mu.Unlock()
+	done := func() {
+		p.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(p.locks, key)
+		}
+		p.mu.Unlock()
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case l.ch <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-l.ch; done() }) }, true
+	case <-t.C:
+		done()
+		return nil, false
+	}
 }
 
 // rdmaDevices are this process's SMC-R devices, opened on first use: one device context
@@ -213,6 +278,11 @@ func (h *handshake) connectRDMA(acc *clc.AcceptConfirmR) (*Conn, error) {
 		return h.decline(code)
 	}
 	key := smcr.GroupKey{PeerID: acc.PeerID, PeerGID: acc.GID}
+	unlock, ok := rdmaPeerLocks[smcr.Client].lock(key, h.deadline)
+	if !ok {
+		return nil, h.fail("waiting for the link group's first contact", fmt.Errorf("%w: another handshake with peer %x is starting its link group", os.ErrDeadlineExceeded, key.PeerID))
+	}
+	s.unlock = unlock
 	if acc.FirstContact {
 		if old := s.dev.LinkGroup(key); old != nil {
 			old.Close() // the server started over: its old group is gone (smc_lgr_cleanup_early)
@@ -231,6 +301,7 @@ func (h *handshake) connectRDMA(acc *clc.AcceptConfirmR) (*Conn, error) {
 			return h.decline(clc.DeclSyncErr) // we know no such link group: out of sync
 		}
 		s.group = g
+		s.releaseLock() // the group is up: nothing to serialise
 	}
 	conn, err := s.group.NewConn(smcr.ConnConfig{RMBSize: h.cfg.rmem, FirstContact: acc.FirstContact})
 	if err != nil {
@@ -266,6 +337,7 @@ func (h *handshake) connectRDMA(acc *clc.AcceptConfirmR) (*Conn, error) {
 			return nil, h.fail("confirming the link", err)
 		}
 	}
+	s.releaseLock()
 	return h.establishedRDMA()
 }
 
@@ -279,8 +351,14 @@ func (h *handshake) listenRDMA(prop *clc.Proposal) (*Conn, error) {
 	}
 	s := &h.rdma
 	key := smcr.GroupKey{PeerID: prop.PeerID, PeerGID: prop.RoCEv2GID}
+	unlock, ok := rdmaPeerLocks[smcr.Server].lock(key, h.deadline)
+	if !ok {
+		return nil, h.fail("waiting for the link group's first contact", fmt.Errorf("%w: another handshake with peer %x is starting its link group", os.ErrDeadlineExceeded, key.PeerID))
+	}
+	s.unlock = unlock
 	if g := s.dev.LinkGroup(key); g != nil && g.Active() {
 		s.group = g
+		s.releaseLock() // the group is up: nothing to serialise
 	} else {
 		if g != nil {
 			g.Close() // a group that never came up, or went down: start over
@@ -342,6 +420,7 @@ func (h *handshake) listenRDMA(prop *clc.Proposal) (*Conn, error) {
 		if err := s.group.ConfirmLink(); err != nil {
 			return nil, h.fail("confirming the link", err)
 		}
+		s.releaseLock() // the group is up: the next handshake with this peer joins it
 	}
 	if err := conn.Connect(peerBuffer(conf)); err != nil {
 		return nil, h.fail("taking the client's RMB", err)
@@ -397,5 +476,6 @@ func (h *handshake) establishedRDMA() (*Conn, error) {
 	s := &h.rdma
 	conn := s.conn
 	s.conn, s.group, s.first = nil, nil, false // the connection owns them now
+	s.releaseLock()
 	return h.established(conn), nil
 }

@@ -301,3 +301,51 @@ func TestSMCRAcceptOutOfSync(t *testing.T) {
 	assert.Equal(t, clc.DeclSyncErr, local, c.Mode())
 	require.NoError(t, <-done)
 }
+
+// TestSMCRConcurrentFirstContacts: several dialers of one process reach a new peer at
+// once; the first contacts are serialised per peer, so one link group is started on each
+// side and every connection uses SMC-R over it.
+func TestSMCRConcurrentFirstContacts(t *testing.T) {
+	fakeRemote(t, true, true)
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	const n = 6
+	accepted := make(chan *Conn, n)
+	go func() {
+		for range n {
+			c, err := ln.AcceptSMC()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dialed := make(chan *Conn, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			c, err := Dial("tcp", ln.Addr().String())
+			if err != nil {
+				errs <- err
+				return
+			}
+			dialed <- c
+		}()
+	}
+	for range n {
+		select {
+		case c := <-dialed:
+			assert.Equal(t, "SMCR", c.Mode())
+			defer c.Close()
+		case err := <-errs:
+			t.Fatal(err)
+		}
+		s := <-accepted
+		assert.Equal(t, "SMCR", s.Mode())
+		defer s.Close()
+	}
+	client, server := rdmaDevice(smcr.Client), rdmaDevice(smcr.Server)
+	assert.Equal(t, 1, client.Live().QPs, "one link group on the dialing side")
+	assert.Equal(t, 1, server.Live().QPs, "one link group on the listening side")
+}
