@@ -37,6 +37,9 @@ type rdmaHandshake struct {
 	first  bool // the group is this connection's: first contact
 	conn   *smcr.Conn
 	unlock func() // holds the peer's first-contact lock, nil if not held
+	// rmbSent: our RMB's rkey and address went to the peer (in the Accept or Confirm),
+	// which may then write into it.
+	rmbSent bool
 }
 
 // release gives back what a handshake that did not end in SMC-R set up: the connection's
@@ -44,7 +47,10 @@ type rdmaHandshake struct {
 // first-contact lock.
 func (s *rdmaHandshake) release() {
 	if s.conn != nil {
-		s.conn.Close(false)
+		// A peer that has our RMB may be writing into it: the RMB lingers until its
+		// close flag or the link's end. One that never had it cannot: the RMB goes
+		// back to the pool at once.
+		s.conn.Close(!s.rmbSent)
 		s.conn = nil
 	}
 	if s.first && s.group != nil {
@@ -326,6 +332,7 @@ func (h *handshake) connectRDMA(acc *clc.AcceptConfirmR) (*Conn, error) {
 	if err != nil {
 		return nil, h.fail("encoding the confirm", err)
 	}
+	s.rmbSent = true // from the first byte on the wire: a partial send may have gone out whole
 	if err := h.send(msg); err != nil {
 		return nil, h.fail("sending the confirm", err)
 	}
@@ -388,6 +395,7 @@ func (h *handshake) listenRDMA(prop *clc.Proposal) (*Conn, error) {
 	if err != nil {
 		return nil, h.fail("encoding the accept", err)
 	}
+	s.rmbSent = true
 	if err := h.send(msg); err != nil {
 		return nil, h.fail("sending the accept", err)
 	}
@@ -396,6 +404,7 @@ func (h *handshake) listenRDMA(prop *clc.Proposal) (*Conn, error) {
 		return nil, h.fail("waiting for confirm", err)
 	}
 	if d, ok := m.(*clc.Decline); ok {
+		s.rmbSent = false // a client that declines never writes into our RMB
 		h.release()
 		return h.fallback(clc.DeclPeerDecl, d.Code), nil
 	}
