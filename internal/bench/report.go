@@ -74,12 +74,17 @@ func (r *Results) writeHeader(w io.Writer) {
 		machine += ", kernel " + m.Kernel
 	}
 	field("machine", "%s, %s, GOMAXPROCS %d", machine, m.GoVersion, m.GOMAXPROCS)
-	if s.Server != "" {
+	if s.ServerHost != "" {
+		field("method", "client on this host, a fresh server per measurement on another host (bench host %s);", s.ServerHost)
+	} else if s.Server != "" {
 		field("method", "client and server are separate processes, the server started on its own at %s;", s.Server)
 	} else {
 		field("method", "client and server are separate processes, a fresh server per measurement;")
 	}
 	field("", "every payload byte is verified by its receiver;")
+	if s.Note != "" {
+		field("note", "%s", s.Note)
+	}
 	messages := len(r.Latency)+len(r.Stream) > 0
 	switch {
 	case messages || r.HTTP != nil:
