@@ -82,9 +82,6 @@ func (r *Results) writeHeader(w io.Writer) {
 		field("method", "client and server are separate processes, a fresh server per measurement;")
 	}
 	field("", "every payload byte is verified by its receiver;")
-	if s.Note != "" {
-		field("note", "%s", s.Note)
-	}
 	messages := len(r.Latency)+len(r.Stream) > 0
 	switch {
 	case messages || r.HTTP != nil:
@@ -99,6 +96,9 @@ func (r *Results) writeHeader(w io.Writer) {
 		field("", "transports take turns")
 	default:
 		field("", "%d rounds; transports take turns, each round starting with the next one", s.Rounds)
+	}
+	if s.Note != "" {
+		field("note", "%s", s.Note)
 	}
 	if s.Pinned {
 		field("pinning", "client on CPU %d, server on CPU %d (sched_setaffinity)", s.ClientCPU, s.ServerCPU)

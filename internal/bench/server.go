@@ -102,6 +102,10 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	var ln net.Listener
 	if sa.ListenIP != "" {
 		ln, err = tr.ListenOn(ctx, net.JoinHostPort(sa.ListenIP, "0"))
+		if err == nil && ln.Addr().Network() != "tcp" {
+			ln.Close()
+			err = fmt.Errorf("--listen-ip: the transport listens on %s, not TCP: it cannot serve another host", ln.Addr().Network())
+		}
 	} else {
 		ln, err = tr.Listen(ctx)
 	}
