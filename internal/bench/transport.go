@@ -286,7 +286,7 @@ func RegisterBuiltins() {
 func TCP() Transport {
 	return Transport{
 		Name: "tcp",
-		Desc: "Go TCP over 127.0.0.1, kernel defaults",
+		Desc: "Go TCP over 127.0.0.1 (between two hosts: to the bench host's address), kernel defaults",
 		Cork: tcpCork,
 		Listen: func(ctx context.Context) (net.Listener, error) {
 			var lc net.ListenConfig

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/internal/bench"
@@ -50,30 +51,48 @@ func registerSMCR() {
 	})
 }
 
+// smcrDials bounds the dials of smcrDial: the plain one that starts the probe, and the
+// announced one.
+const smcrDials = 2
+
+// rdmaListed makes smcloop list this process's RDMA devices and waits for the list. A
+// dialer does not wait for it (the first dials of a process are plain while it is
+// listed, and do not even probe); a listener does, so one is opened on loopback and
+// closed at once.
+var rdmaListed = sync.OnceValue(func() error {
+	ln, err := smcloop.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("smcr: listing the RDMA devices: %w", err)
+	}
+	return ln.Close()
+})
+
 // smcrDial dials addr with smcloop; a connection that is not SMC-R (the destination was
 // unknown to the cross-host signal) is closed, the probe it started is waited for, and
-// addr is dialed once more. The Mode hook refuses that one if it is not SMC-R either.
+// addr is dialed again, at most smcrDials times in all (after rdmaListed). The Mode hook refuses the last
+// one if it is not SMC-R either.
 func smcrDial(ctx context.Context, addr string) (net.Conn, error) {
-	var d smcloop.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
+	if err := rdmaListed(); err != nil {
 		return nil, err
 	}
-	if c.Mode() == "SMCR" {
-		return c, nil
+	var d smcloop.Dialer
+	for i := 1; ; i++ {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil || i == smcrDials || c.Mode() == "SMCR" {
+			return c, err
+		}
+		c.Close()
+		probed := make(chan struct{})
+		go func() {
+			remotecap.Default.Wait() // each probe is bounded (remotecap's two tries)
+			close(probed)
+		}()
+		select {
+		case <-probed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("smcr: waiting for the capability probe of %s: %w", addr, context.Cause(ctx))
+		}
 	}
-	c.Close()
-	probed := make(chan struct{})
-	go func() {
-		remotecap.Default.Wait() // each probe is bounded (remotecap's two tries)
-		close(probed)
-	}()
-	select {
-	case <-probed:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("smcr: waiting for the capability probe of %s: %w", addr, context.Cause(ctx))
-	}
-	return d.DialContext(ctx, "tcp", addr)
 }
 
 // smcrMode tells whether an smcloop connection uses SMC-R.
