@@ -108,6 +108,10 @@ func (h *Host) session(ctx context.Context, conn net.Conn) {
 	br := bufio.NewReaderSize(conn, MaxHello)
 	conn.SetReadDeadline(time.Now().Add(helloTimeout))
 	args, err := readHello(br)
+	if errors.Is(err, io.EOF) && br.Buffered() == 0 {
+		h.logf(conn, "closed before a hello (a check that the bench host answers)")
+		return
+	}
 	if err != nil {
 		h.logf(conn, "no session: %v", err)
 		if errors.Is(err, ErrProtocol) {
