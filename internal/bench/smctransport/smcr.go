@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/internal/bench"
@@ -14,7 +15,7 @@ import (
 
 // maxSkipped bounds the connections that are not SMC-R which an smcr server skips
 // before it gives up: the client's priming dial is one.
-const maxSkipped = 4
+const maxSkipped = smcrDials + 2
 
 // registerSMCR adds smcr: smcloop's Dial and Listen between two hosts, where they use
 // SMC-R (a binary built with the rdma tag, an RDMA device on both hosts). Its server
@@ -51,9 +52,11 @@ func registerSMCR() {
 	})
 }
 
-// smcrDials bounds the dials of smcrDial: the plain one that starts the probe, and the
-// announced one.
-const smcrDials = 2
+// smcrDials bounds the dials of smcrDial: the plain one that starts the probe, the
+// announced one, and two more for when a loaded host answers the probe or the
+// announcement too late (each after remotecap.ProbeInterval, when the destination may
+// be probed again). All of them fit in the harness's 10 s dial timeout.
+const smcrDials = 4
 
 // rdmaListed makes smcloop list this process's RDMA devices and waits for the list. A
 // dialer does not wait for it (the first dials of a process are plain while it is
@@ -69,8 +72,9 @@ var rdmaListed = sync.OnceValue(func() error {
 
 // smcrDial dials addr with smcloop; a connection that is not SMC-R (the destination was
 // unknown to the cross-host signal) is closed, the probe it started is waited for, and
-// addr is dialed again, at most smcrDials times in all (after rdmaListed). The Mode hook refuses the last
-// one if it is not SMC-R either.
+// addr is dialed again, at most smcrDials times in all (after rdmaListed); from the
+// third dial on, each waits remotecap.ProbeInterval first. The Mode hook refuses the
+// last one if it is not SMC-R either.
 func smcrDial(ctx context.Context, addr string) (net.Conn, error) {
 	if err := rdmaListed(); err != nil {
 		return nil, err
@@ -91,6 +95,17 @@ func smcrDial(ctx context.Context, addr string) (net.Conn, error) {
 		case <-probed:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("smcr: waiting for the capability probe of %s: %w", addr, context.Cause(ctx))
+		}
+		if i >= 2 {
+			// The probe or the announcement came too late: the destination is
+			// probed again once ProbeInterval has passed since the last probe.
+			t := time.NewTimer(remotecap.ProbeInterval)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, fmt.Errorf("smcr: dialing %s again: %w", addr, context.Cause(ctx))
+			}
 		}
 	}
 }
