@@ -48,6 +48,8 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			command.Bench(command.Options{Program: "bench", SlowHandshake: 0}),
 			command.Server(),
+			command.Host(),
+			command.Relay(),
 			command.Serve(),
 			command.Client(command.Options{Program: "bench"}),
 		},

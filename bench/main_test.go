@@ -103,7 +103,7 @@ func TestShmipcPoints(t *testing.T) {
 func TestTransportsRegistered(t *testing.T) {
 	assert.Equal(t, []string{"shmipc", "shmipc-zc", "smcd", "smcd-1m", "smcd-1m-nosplit", "smcd-1m-split",
 		"smcd-autocork", "smcd-busypoll", "smcd-copy", "smcd-limit", "smcd-nospin", "smcd-slowhs", "smcd-slowhs-limit",
-		"smcd-to-tcp", "smcd-zc", "tcp", "tcp-clc", "tcp-to-smcd", "unix"},
+		"smcd-to-tcp", "smcd-zc", "smcr", "tcp", "tcp-clc", "tcp-to-smcd", "unix"},
 		bench.Registered())
 	for _, name := range bench.Registered() {
 		tr, err := bench.Lookup(name)

@@ -15,3 +15,7 @@ func serveCommand() *cli.Command { return command.Serve() }
 func clientCommand() *cli.Command { return command.Client(benchOptions) }
 
 func benchServerCommand() *cli.Command { return command.Server() }
+
+func benchHostCommand() *cli.Command { return command.Host() }
+
+func benchRelayCommand() *cli.Command { return command.Relay() }

@@ -21,6 +21,8 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			benchCommand(),
 			benchServerCommand(),
+			benchHostCommand(),
+			benchRelayCommand(),
 			serveCommand(),
 			clientCommand(),
 			versionCommand(),

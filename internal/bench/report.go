@@ -74,7 +74,9 @@ func (r *Results) writeHeader(w io.Writer) {
 		machine += ", kernel " + m.Kernel
 	}
 	field("machine", "%s, %s, GOMAXPROCS %d", machine, m.GoVersion, m.GOMAXPROCS)
-	if s.Server != "" {
+	if s.ServerHost != "" {
+		field("method", "client on this host, a fresh server per measurement on another host (bench host %s);", s.ServerHost)
+	} else if s.Server != "" {
 		field("method", "client and server are separate processes, the server started on its own at %s;", s.Server)
 	} else {
 		field("method", "client and server are separate processes, a fresh server per measurement;")
@@ -94,6 +96,9 @@ func (r *Results) writeHeader(w io.Writer) {
 		field("", "transports take turns")
 	default:
 		field("", "%d rounds; transports take turns, each round starting with the next one", s.Rounds)
+	}
+	if s.Note != "" {
+		field("note", "%s", s.Note)
 	}
 	if s.Pinned {
 		field("pinning", "client on CPU %d, server on CPU %d (sched_setaffinity)", s.ClientCPU, s.ServerCPU)

@@ -60,7 +60,16 @@ type Settings struct {
 	// Server is the address of the server started on its own that was measured
 	// against, if any (else a fresh server child served each measurement).
 	Server string `json:"server,omitempty"`
+	// ServerHost is the control address of the bench host on another host whose server
+	// children were measured against, if any; Note then says what the timings mean.
+	ServerHost string `json:"server_host,omitempty"`
+	Note       string `json:"note,omitempty"`
 }
+
+// EmulatedNote is the Note of every run between two hosts, in its settings and the
+// report's header: the two hosts may be User-Mode Linux instances with soft-RoCE, whose
+// figures say that the transport works, not how fast it is.
+const EmulatedNote = "on UML or any emulated RDMA (soft-RoCE, rxe) these timings are functional, not performance figures"
 
 // Comparison pairs two transports that differ in one feature, so that the tables show
 // what the feature gains, in percentage columns.

@@ -37,6 +37,11 @@ type Config struct {
 	// child per measurement; Server is then not used, and only ping-pong and stream can
 	// be measured. Every transport is dialed at this address.
 	Addr string
+	// ServerHost, if set, is the control address of the bench host (see package remote)
+	// that runs the server children on another host; Server then makes the command that
+	// relays to it, and listens on that host's address. For the record, the report's
+	// header and the transports that need two hosts (Transport.TwoHosts).
+	ServerHost string
 	// Command is the command line to record in the results.
 	Command []string
 	// Progress, if set, is called before each measurement: step counts from 1 to steps.
@@ -122,6 +127,15 @@ func (c *Config) validate() error {
 		return errors.New("a server started on its own serves ping-pong and stream only")
 	case c.Addr != "" && c.Pin:
 		return errors.New("cannot pin a server started on its own")
+	case c.ServerHost != "" && c.Pin:
+		return errors.New("cannot pin a server on another host")
+	}
+	if c.ServerHost == "" {
+		for _, t := range c.allTransports() {
+			if t.TwoHosts {
+				return fmt.Errorf("transport %s runs between two hosts: name the other host's bench host (smcloop bench --server-host IP:PORT)", t.Name)
+			}
+		}
 	}
 	if c.messages() {
 		if err := checkTransports(c.Transports); err != nil {
@@ -241,7 +255,11 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			Preset:     cfg.Preset,
 			Compare:    cfg.Compare,
 			Server:     cfg.Addr,
+			ServerHost: cfg.ServerHost,
 		},
+	}
+	if cfg.ServerHost != "" {
+		res.Settings.Note = EmulatedNote
 	}
 	res.Settings.Descriptions = cfg.descriptions()
 	cpus := [2]int{-1, -1}
@@ -324,6 +342,22 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 
 // descriptions collects the Desc of every transport measured, by name.
 func (c *Config) descriptions() map[string]string {
+	ts := c.allTransports()
+	var d map[string]string
+	for _, t := range ts {
+		if t.Desc == "" {
+			continue
+		}
+		if d == nil {
+			d = make(map[string]string)
+		}
+		d[t.Name] = t.Desc
+	}
+	return d
+}
+
+// allTransports lists the transports of every mode of the run (with repeats).
+func (c *Config) allTransports() []Transport {
 	ts := slices.Clone(c.Transports)
 	if c.Conn != nil {
 		ts = append(ts, c.Conn.Transports...)
@@ -336,17 +370,7 @@ func (c *Config) descriptions() map[string]string {
 			ts = append(ts, s.Transport)
 		}
 	}
-	var d map[string]string
-	for _, t := range ts {
-		if t.Desc == "" {
-			continue
-		}
-		if d == nil {
-			d = make(map[string]string)
-		}
-		d[t.Name] = t.Desc
-	}
-	return d
+	return ts
 }
 
 // runner carries the state of one Run across its measurements.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,6 +170,8 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		"unknown base":   func(c *Config) { c.Baseline = "unix" },
 		"nameless":       func(c *Config) { c.Transports = []Transport{{Listen: TCP().Listen, Dial: TCP().Dial}} },
 		"oversized size": func(c *Config) { c.LatSizes = []int{MaxSize + 1} },
+		"two hosts":      func(c *Config) { tr := TCP(); tr.TwoHosts = true; c.Transports = []Transport{tr} },
+		"pinned remote":  func(c *Config) { c.ServerHost = "127.0.0.1:7700"; c.Pin = true },
 	} {
 		c := good
 		mutate(&c)
@@ -226,4 +230,42 @@ func TestRegistry(t *testing.T) {
 	}
 	RegisterBuiltins() // a second call is harmless
 	assert.Panics(t, func() { Register(TCP()) }, "registering tcp twice")
+}
+
+// TestRunListenIP: server children told --listen-ip listen there (with ListenOn); a run
+// with a ServerHost records it and its header carries the note on emulated timings.
+func TestRunListenIP(t *testing.T) {
+	cfg, _ := testConfig(t, TCP())
+	cfg.LatSizes = []int{14}
+	server := cfg.Server
+	cfg.Server = func(args []string) *exec.Cmd { return server(append(args, "--listen-ip", "127.0.0.1")) }
+	cfg.ServerHost = "127.0.0.1:7700"
+	res, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Len(t, res.Latency, 1)
+	require.Len(t, res.Latency[0].Results, 1)
+	assert.NotZero(t, res.Latency[0].Results[0].Samples)
+	assert.Equal(t, "127.0.0.1:7700", res.Settings.ServerHost)
+	assert.Equal(t, EmulatedNote, res.Settings.Note)
+	var text strings.Builder
+	require.NoError(t, res.WriteText(&text))
+	assert.Contains(t, text.String(), "note      "+EmulatedNote)
+	assert.Contains(t, text.String(), "on another host (bench host 127.0.0.1:7700)")
+}
+
+func TestParseServerArgs(t *testing.T) {
+	sa, err := ParseServerArgs([]string{"--transport", "tcp", "--lifeline", "--listen-ip", "::ffff:10.0.0.1"})
+	require.NoError(t, err)
+	assert.Equal(t, ServerArgs{Transport: "tcp", CPU: -1, Lifeline: true, FileSize: DefaultHTTPFileSize, ListenIP: "::ffff:10.0.0.1"}, sa)
+	for _, args := range [][]string{
+		{"--transport", "nope"},
+		{"--transport", "tcp", "--listen-ip", "10.0.0.1:80"},
+		{"--transport", "tcp", "--listen-ip", "example.com"},
+		{"--transport", "tcp", "--bogus"},
+		{"--transport", "tcp", "extra"},
+		{"--transport", "tcp", "--conns", "--http", "write"},
+	} {
+		_, err := ParseServerArgs(args)
+		assert.Error(t, err, "%q", args)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,8 @@ import (
 //	--http METHOD     serve a file over HTTP by METHOD (sendfile or write) until told to
 //	                  stop (see httpFileServer)
 //	--file-size N     the size of that file in bytes
+//	--listen-ip IP    listen on IP (a fresh port) with the transport's ListenOn instead
+//	                  of its Listen: the server of a run between two hosts
 //
 // On stdout it prints exactly one line "LISTEN <addr>" once it listens, and, if it fails
 // after that, one line "FAIL <kind> <text>" where kind is mismatch, protocol, fallback or
@@ -51,45 +54,29 @@ func serverArgs(transport string, cpu int, conns bool) []string {
 // once the LISTEN line has been written. With --lifeline, a goroutine reads stdin until
 // EOF and then cancels the server; it ends with the process.
 func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := flag.NewFlagSet("bench-server", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	name := fs.String("transport", "", "registered transport to listen with")
-	cpu := fs.Int("cpu", -1, "pin the process to this CPU")
-	lifeline := fs.Bool("lifeline", false, "exit when stdin reaches EOF")
-	conns := fs.Bool("conns", false, "serve short-lived connections until told to stop")
-	httpMethod := fs.String("http", "", "serve a file over HTTP by this method until told to stop")
-	fileSize := fs.Int("file-size", DefaultHTTPFileSize, "the size of the file the HTTP server serves")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("bench server: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench server: unexpected arguments %q", fs.Args())
-	}
-	if *conns && *httpMethod != "" {
-		return errors.New("bench server: --conns and --http exclude each other")
-	}
-	tr, err := Lookup(*name)
+	sa, err := ParseServerArgs(args)
 	if err != nil {
-		return fmt.Errorf("bench server: %w", err)
+		return err
 	}
-	if *cpu >= 0 {
-		if _, err := pinProcess(*cpu); err != nil {
+	tr, _ := Lookup(sa.Transport) // ParseServerArgs found it
+	if sa.CPU >= 0 {
+		if _, err := pinProcess(sa.CPU); err != nil {
 			return fmt.Errorf("bench server: %w", err)
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var files *httpFileServer
-	if *httpMethod != "" {
+	if sa.HTTP != "" {
 		// The file is on disk before the client can connect.
-		if files, err = newHTTPFileServer(tr, *httpMethod, *fileSize); err != nil {
+		if files, err = newHTTPFileServer(tr, sa.HTTP, sa.FileSize); err != nil {
 			return fmt.Errorf("bench server: %w", err)
 		}
 		defer files.remove()
 	}
 	var cmds chan string
 	switch {
-	case *conns || files != nil:
+	case sa.Conns || files != nil:
 		cmds = make(chan string)
 		go func() {
 			sc := bufio.NewScanner(stdin)
@@ -100,19 +87,28 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 					return
 				}
 			}
-			if *lifeline {
+			if sa.Lifeline {
 				cancel()
 			}
 			close(cmds)
 		}()
-	case *lifeline:
+	case sa.Lifeline:
 		go func() {
 			io.Copy(io.Discard, stdin)
 			cancel()
 		}()
 	}
 
-	ln, err := tr.Listen(ctx)
+	var ln net.Listener
+	if sa.ListenIP != "" {
+		ln, err = tr.ListenOn(ctx, net.JoinHostPort(sa.ListenIP, "0"))
+		if err == nil && ln.Addr().Network() != "tcp" {
+			ln.Close()
+			err = fmt.Errorf("--listen-ip: the transport listens on %s, not TCP: it cannot serve another host", ln.Addr().Network())
+		}
+	} else {
+		ln, err = tr.Listen(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("bench server: %s: listen: %w", tr.Name, err)
 	}
@@ -121,7 +117,7 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 		return fmt.Errorf("bench server: announcing the address: %w", err)
 	}
 	switch {
-	case *conns:
+	case sa.Conns:
 		err = serveConns(ctx, tr, ln, cmds, stdout)
 	case files != nil:
 		err = files.serve(ctx, ln, cmds, stdout)
@@ -132,6 +128,59 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 		fmt.Fprintf(stdout, "FAIL %s %s\n", failKind(err), strings.ReplaceAll(err.Error(), "\n", " "))
 	}
 	return err
+}
+
+// ServerArgs are a server child's arguments, parsed (see the list above ServeChild).
+type ServerArgs struct {
+	Transport string // a registered transport
+	CPU       int    // -1: not pinned
+	Lifeline  bool
+	Conns     bool
+	HTTP      string // "" unless --http
+	FileSize  int
+	ListenIP  string // "" unless --listen-ip: then a literal IP address
+}
+
+// ParseServerArgs parses and checks a server child's arguments: known flags only, a
+// registered transport, --conns and --http not both, and for --listen-ip an IP address
+// and a transport that can listen on a given address (ListenOn). A process that starts
+// server children for others (a bench host) checks what it is sent with it before it
+// starts one.
+func ParseServerArgs(args []string) (ServerArgs, error) {
+	fs := flag.NewFlagSet("bench-server", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var sa ServerArgs
+	fs.StringVar(&sa.Transport, "transport", "", "registered transport to listen with")
+	fs.IntVar(&sa.CPU, "cpu", -1, "pin the process to this CPU")
+	fs.BoolVar(&sa.Lifeline, "lifeline", false, "exit when stdin reaches EOF")
+	fs.BoolVar(&sa.Conns, "conns", false, "serve short-lived connections until told to stop")
+	fs.StringVar(&sa.HTTP, "http", "", "serve a file over HTTP by this method until told to stop")
+	fs.IntVar(&sa.FileSize, "file-size", DefaultHTTPFileSize, "the size of the file the HTTP server serves")
+	fs.StringVar(&sa.ListenIP, "listen-ip", "", "listen on this IP address")
+	if err := fs.Parse(args); err != nil {
+		return ServerArgs{}, fmt.Errorf("bench server: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return ServerArgs{}, fmt.Errorf("bench server: unexpected arguments %q", fs.Args())
+	}
+	if sa.Conns && sa.HTTP != "" {
+		return ServerArgs{}, errors.New("bench server: --conns and --http exclude each other")
+	}
+	tr, err := Lookup(sa.Transport)
+	if err != nil {
+		return ServerArgs{}, fmt.Errorf("bench server: %w", err)
+	}
+	if sa.ListenIP != "" {
+		ip, err := netip.ParseAddr(sa.ListenIP)
+		if err != nil {
+			return ServerArgs{}, fmt.Errorf("bench server: --listen-ip %q: not an IP address", sa.ListenIP)
+		}
+		if tr.ListenOn == nil {
+			return ServerArgs{}, fmt.Errorf("bench server: --listen-ip: transport %s cannot listen on a given address", tr.Name)
+		}
+		sa.ListenIP = ip.String()
+	}
+	return sa, nil
 }
 
 // serveOne accepts one connection on ln, closes ln, and serves the connection, through

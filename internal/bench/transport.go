@@ -12,7 +12,8 @@ import (
 	"sync"
 )
 
-// Transport is one way of connecting two processes on this host.
+// Transport is one way of connecting two processes, on this host or, for a run with
+// Config.ServerHost, on two hosts.
 type Transport struct {
 	// Name identifies the transport on the command line and to the server child:
 	// "smcd", "smcd-busypoll", "tcp", "unix", ...
@@ -26,6 +27,10 @@ type Transport struct {
 	// ListenOn, if set, listens on the given address instead of a fresh one, for a
 	// server started on its own (Serve, "smcloop server --listen").
 	ListenOn func(ctx context.Context, addr string) (net.Listener, error)
+
+	// TwoHosts says the transport only works between two hosts (SMC-R): Run refuses it
+	// unless its server children run on another host (Config.ServerHost).
+	TwoHosts bool
 
 	// The hooks below are optional; they serve transports that upgrade a TCP connection
 	// after a handshake and may fall back to plain TCP.
@@ -281,7 +286,7 @@ func RegisterBuiltins() {
 func TCP() Transport {
 	return Transport{
 		Name: "tcp",
-		Desc: "Go TCP over 127.0.0.1, kernel defaults",
+		Desc: "Go TCP over 127.0.0.1 (between two hosts: to the bench host's address), kernel defaults",
 		Cork: tcpCork,
 		Listen: func(ctx context.Context) (net.Listener, error) {
 			var lc net.ListenConfig

@@ -2,7 +2,9 @@
 // that every program that benchmarks through internal/bench shares them: cmd/smcloop, and
 // the comparison module in bench/ that adds other libraries' transports. Bench is
 // "bench"; Server is the hidden server child it re-executes the program as; Serve and
-// Client are "server" and "client", the two sides of a benchmark run from two shells. A
+// Client are "server" and "client", the two sides of a benchmark run from two shells;
+// Host and Relay are "bench-host" and the hidden relay of bench --server-host, which runs
+// the server children on another host. A
 // program registers its transports (bench.Register) before it builds the commands.
 package command
 
@@ -103,6 +105,7 @@ explicitly override it. The presets:
 			&cli.BoolFlag{Name: "pin", Usage: "pin the client to CPU 0 and the server to CPU 1 (sched_setaffinity)"},
 			&cli.StringFlag{Name: "baseline", Usage: "transport the ratio columns divide by (default: tcp if measured, else the first)"},
 			&cli.StringFlag{Name: "json", TakesFile: true, Usage: "also write the raw figures as JSON to `FILE` (\"-\": stdout, instead of the tables)"},
+			&cli.StringFlag{Name: "server-host", Usage: "run the servers on another host: the `IP:PORT` of its smcloop " + HostName + " (e.g. 10.0.0.1:7700); for smcr (SMC-R) and tcp between two hosts"},
 			&cli.StringFlag{Name: "plot", TakesFile: true, Usage: "also draw p50 latency and bandwidth against message size for every transport to `FILE` (.png or .svg)"},
 		},
 		Action: func(c *cli.Context) error { return runBench(c, o) },
@@ -260,14 +263,20 @@ func runBench(c *cli.Context, o Options) error {
 		Server: func(args []string) *exec.Cmd {
 			return exec.Command(exe, append([]string{ServerName}, args...)...)
 		},
-		Command:  append([]string{o.Program}, os.Args[1:]...),
-		Conn:     connCfg,
-		Overload: overloadCfg,
-		HTTP:     httpCfg,
-		Compare:  compare,
+		ServerHost: c.String("server-host"),
+		Command:    append([]string{o.Program}, os.Args[1:]...),
+		Conn:       connCfg,
+		Overload:   overloadCfg,
+		HTTP:       httpCfg,
+		Compare:    compare,
 	}
 	if preset != nil {
 		cfg.Preset = preset.Name
+	}
+	if cfg.ServerHost != "" {
+		if cfg.Server, err = serverHost(exe, cfg.ServerHost); err != nil {
+			return err
+		}
 	}
 	perStep := cfg.Warmup + cfg.Duration
 	if conn || overload {

@@ -13,13 +13,14 @@ import (
 )
 
 // Register adds smcloop's transports to the harness: those of registerSMC, registerMixed
-// and registerCLCReference, and smcd-zc (zerocopy.go). A program that benchmarks them
+// and registerCLCReference, smcd-zc (zerocopy.go) and smcr (smcr.go). A program that benchmarks them
 // calls it (after bench.RegisterBuiltins) in the client and its server children alike.
 func Register() {
 	registerSMC()
 	registerMixed()
 	registerCLCReference()
 	registerZeroCopy()
+	registerSMCR()
 }
 
 // SlowHandshake is the server handshake delay of the -slowhs transports, for help texts.
