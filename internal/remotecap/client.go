@@ -25,8 +25,11 @@ const (
 	// ProbeWait bounds one probe attempt; a probe makes two.
 	ProbeWait = 250 * time.Millisecond
 	// MinAckWait and MaxAckWait bound the wait for an announcement's acknowledgement,
-	// otherwise AckRTTs probe round trips.
-	MinAckWait = 3 * time.Millisecond
+	// otherwise AckRTTs probe round trips. The floor allows for a loaded listener host
+	// (its responder goroutine scheduled late): an acknowledgement that misses the wait
+	// turns the dial into plain TCP, and a wait that is too long only delays a dial to
+	// a capable listener that has gone away.
+	MinAckWait = 20 * time.Millisecond
 	MaxAckWait = 100 * time.Millisecond
 	AckRTTs    = 4
 )
