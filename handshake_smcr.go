@@ -224,6 +224,22 @@ const (
 	rdmaMaxLinks = 1
 )
 
+// rdmaDefaultRMB is an SMC-R connection's receive buffer when the configuration leaves
+// it to the default: the kernel's (net.smc.rmem, from tcp_rmem[1], 128 KiB). SMC-D's
+// elastic buffer does not carry over: an RMB is registered (pinned) memory, and what it
+// lets the peer have in flight is what an RC queue pair without congestion control sends
+// again after a lost packet.
+const rdmaDefaultRMB = 128 << 10
+
+// rmbSize is the receive buffer of this handshake's SMC-R connection: RMem if set, else
+// rdmaDefaultRMB.
+func (h *handshake) rmbSize() int {
+	if h.cfg.elastic {
+		return rdmaDefaultRMB
+	}
+	return h.cfg.rmem
+}
+
 // rmbeCode compresses an RMB size for the CLC RMBE size nibble.
 func rmbeCode(size int) uint8 { return smcr.CompressedSize(size) }
 
@@ -309,7 +325,7 @@ func (h *handshake) connectRDMA(acc *clc.AcceptConfirmR) (*Conn, error) {
 		s.group = g
 		s.releaseLock() // the group is up: nothing to serialise
 	}
-	conn, err := s.group.NewConn(smcr.ConnConfig{RMBSize: h.cfg.rmem, FirstContact: acc.FirstContact})
+	conn, err := s.group.NewConn(smcr.ConnConfig{RMBSize: h.rmbSize(), FirstContact: acc.FirstContact})
 	if err != nil {
 		return h.decline(rdmaDeclineCode(err))
 	}
@@ -376,7 +392,7 @@ func (h *handshake) listenRDMA(prop *clc.Proposal) (*Conn, error) {
 		}
 		s.group, s.first = g, true
 	}
-	conn, err := s.group.NewConn(smcr.ConnConfig{RMBSize: h.cfg.rmem, FirstContact: s.first})
+	conn, err := s.group.NewConn(smcr.ConnConfig{RMBSize: h.rmbSize(), FirstContact: s.first})
 	if err != nil {
 		return h.decline(rdmaDeclineCode(err))
 	}
