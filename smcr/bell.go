@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/smcloop/smcloop/internal/deadline"
 )
 
 // bell is one local sleeper's doorbell: a coalescing ring (a capacity-1 channel) and a
@@ -14,15 +16,15 @@ import (
 type bell struct {
 	ring chan struct{}
 
-	mu      sync.Mutex
-	timer   *time.Timer
-	expired chan struct{} // closed when the deadline passes
-	closed  chan struct{} // closed by close
-	done    bool
+	dl deadline.Deadline
+
+	mu     sync.Mutex
+	closed chan struct{} // closed by close
+	done   bool
 }
 
 func newBell() *bell {
-	return &bell{ring: make(chan struct{}, 1), expired: make(chan struct{}), closed: make(chan struct{})}
+	return &bell{ring: make(chan struct{}, 1), closed: make(chan struct{})}
 }
 
 // rung rings the bell; a ring nobody waited for ends the next Wait at once.
@@ -42,9 +44,7 @@ func (b *bell) reset() {
 }
 
 func (b *bell) wait() error {
-	b.mu.Lock()
-	expired, closed := b.expired, b.closed
-	b.mu.Unlock()
+	expired, closed := b.dl.Done(), b.closed
 	select {
 	case <-b.ring:
 		return nil
@@ -57,32 +57,7 @@ func (b *bell) wait() error {
 
 // setDeadline sets the deadline; the zero time clears it. A Wait in progress follows
 // it.
-func (b *bell) setDeadline(t time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.timer != nil && !b.timer.Stop() {
-		<-b.expired // the timer fired: wait for it to close the channel (it does not block)
-	}
-	b.timer = nil
-	closed := isClosed(b.expired)
-	if t.IsZero() {
-		if closed {
-			b.expired = make(chan struct{})
-		}
-		return
-	}
-	if d := time.Until(t); d > 0 {
-		if closed {
-			b.expired = make(chan struct{})
-		}
-		ch := b.expired
-		b.timer = time.AfterFunc(d, func() { close(ch) })
-		return
-	}
-	if !closed {
-		close(b.expired)
-	}
-}
+func (b *bell) setDeadline(t time.Time) { b.dl.Set(t) }
 
 func (b *bell) close() {
 	b.mu.Lock()
@@ -90,14 +65,5 @@ func (b *bell) close() {
 	if !b.done {
 		b.done = true
 		close(b.closed)
-	}
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
 	}
 }

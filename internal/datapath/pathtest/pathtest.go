@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/smcloop/smcloop/internal/deadline"
+
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/internal/datapath"
 )
@@ -63,7 +65,7 @@ type End struct {
 	failures  int // CommitTx calls of this End's writer still to fail
 
 	bells     [2]chan struct{} // the reader's and the writer's doorbell
-	deadlines [2]deadline
+	deadlines [2]deadline.Deadline
 	done      chan struct{} // closed by Close
 
 	ringsSent, ringsSuppressed, sleeps, lost atomic.Uint64
@@ -97,7 +99,6 @@ func newEnd(size int, liveness net.Conn) *End {
 	e.cond = sync.NewCond(&e.mu)
 	for i := range e.bells {
 		e.bells[i] = make(chan struct{}, 1)
-		e.deadlines[i].cancel = make(chan struct{})
 	}
 	return e
 }
@@ -315,7 +316,7 @@ func (e *End) ShortSleep(d datapath.Dir, ready func() bool, bound time.Duration)
 func (e *End) Wait(d datapath.Dir) error {
 	e.sleeps.Add(1)
 	i := index(d)
-	dl := e.deadlines[i].wait()
+	dl := e.deadlines[i].Done()
 	e.mu.Lock()
 	e.waiting |= d
 	e.cond.Broadcast()
@@ -338,7 +339,7 @@ func (e *End) Wait(d datapath.Dir) error {
 
 // SetDeadline sets the deadline of the doorbell of d; a Wait in progress follows it.
 func (e *End) SetDeadline(d datapath.Dir, t time.Time) error {
-	e.deadlines[index(d)].set(t)
+	e.deadlines[index(d)].Set(t)
 	return nil
 }
 
@@ -461,54 +462,4 @@ type Events struct {
 // peer published into uncommitted units.
 func (e *End) Events() Events {
 	return Events{int(e.peerLost.Load()), int(e.violations.Load()), int(e.closes.Load()), int(e.outside.Load())}
-}
-
-// deadline is a doorbell's deadline, as net.Pipe keeps one: cancel is closed when it
-// passes, and replaced only once closed.
-type deadline struct {
-	mu     sync.Mutex
-	timer  *time.Timer
-	cancel chan struct{}
-}
-
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.timer != nil && !d.timer.Stop() {
-		<-d.cancel // the timer fired: wait for it to close cancel
-	}
-	d.timer = nil
-	closed := isClosed(d.cancel)
-	if t.IsZero() {
-		if closed {
-			d.cancel = make(chan struct{})
-		}
-		return
-	}
-	if dur := time.Until(t); dur > 0 {
-		if closed {
-			d.cancel = make(chan struct{})
-		}
-		cancel := d.cancel
-		d.timer = time.AfterFunc(dur, func() { close(cancel) })
-		return
-	}
-	if !closed {
-		close(d.cancel)
-	}
-}
-
-func (d *deadline) wait() chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cancel
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
