@@ -344,28 +344,77 @@ func TestFakeElasticWindow(t *testing.T) {
 	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
 }
 
-// TestFakeCommitFailure: a commit refused (a memory limit) ends the Write with the bytes
-// that fitted in committed units and the backend's error; the peer reads exactly those,
-// and once commits succeed again the connection goes on.
+// TestFakeCommitFailure: a commit refused (a memory limit) while bytes are in flight
+// does not end the Write: the writer waits for the reader (the window starves and does
+// not grow), tries again once the reader consumed, and goes on; every byte exact. With
+// nothing in flight and nothing to give back, a refusal is the Write's error, and once
+// commits succeed again the connection goes on.
 func TestFakeCommitFailure(t *testing.T) {
 	pauseSweeper(t)
 	const size, unit = 1 << 20, 64 << 10
 	a, b, ae, be := fakeElasticPipe(t, size, unit)
 	defer a.Close()
 	defer b.Close()
+
+	// The first unit is the owner's; the commit the Write then needs is refused while
+	// the first unit's bytes are in flight.
 	ae.FailCommits(1)
 	want := pattern(200<<10, 5)
-	n, err := a.Write(want)
-	require.ErrorIs(t, err, pathtest.ErrCommit)
-	assert.Equal(t, unit, n, "the bytes of the owner's unit")
-	assert.Equal(t, want[:unit], readN(t, b, unit))
+	wr := goWrite(a, want)
+	ae.AwaitWait(datapath.Writer)
+	assert.Equal(t, unit, a.Stats().SendWindow, "a starved window holds at what is in flight")
+	assert.Equal(t, want, readN(t, b, len(want)))
+	r := await(t, wr, "the Write short of memory")
+	require.NoError(t, r.err)
+	assert.Equal(t, len(want), r.n)
 	assert.EqualValues(t, 1, a.Stats().CommitFailures)
 
-	n, err = a.Write(want[unit:])
+	// Nothing in flight: the first refusal gives back every unit but the owner's, the
+	// second leaves nothing to give back, and fails the Write with nothing written.
+	off := int(a.tx.prepared.Count)
+	fill := pattern((off/unit+1)*unit-off, 6)
+	_, err := a.Write(fill) // up to the end of the cursor's unit
 	require.NoError(t, err)
-	assert.Equal(t, len(want)-unit, n)
-	assert.Equal(t, want[unit:], readN(t, b, len(want)-unit))
-	streamExact(t, a, b, 2<<20, 200<<10, 6)
+	assert.Equal(t, fill, readN(t, b, len(fill)))
+	ae.FailCommits(2)
+	n, err := a.Write(pattern(1000, 7))
+	require.ErrorIs(t, err, pathtest.ErrCommit)
+	assert.Zero(t, n)
+	assert.Equal(t, 1, be.Committed(), "only the owner's unit is left")
+	assert.EqualValues(t, 3, a.Stats().CommitFailures)
+
+	streamExact(t, a, b, 2<<20, 200<<10, 8)
+	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
+}
+
+// TestFakeCommitGivesBack: a commit refused while committed units lie behind the
+// reader gives them back and tries again, so the Write goes on without waiting.
+func TestFakeCommitGivesBack(t *testing.T) {
+	pauseSweeper(t)
+	const size, unit = 1 << 20, 64 << 10
+	a, b, ae, be := fakeElasticPipe(t, size, unit)
+	defer a.Close()
+	defer b.Close()
+
+	// With no reader the window grows to 256 KiB: units 0-3 committed, all read then.
+	first := pattern(4*unit, 1)
+	wr := goWrite(a, first)
+	assert.Equal(t, first, readN(t, b, len(first)))
+	require.NoError(t, await(t, wr, "the first Write").err)
+	require.Equal(t, 4, be.Committed())
+	st := a.Stats()
+
+	// The next unit's commit is refused once: units 1-3 hold nothing live and go.
+	ae.FailCommits(1)
+	next := pattern(unit/2, 2)
+	n, err := a.Write(next)
+	require.NoError(t, err)
+	assert.Equal(t, len(next), n)
+	assert.Equal(t, next, readN(t, b, len(next)))
+	st2 := a.Stats()
+	assert.EqualValues(t, 1, st2.CommitFailures-st.CommitFailures)
+	assert.EqualValues(t, 3, st2.UnitDecommits-st.UnitDecommits)
+	assert.Equal(t, 2, be.Committed(), "unit 0 and the one written")
 	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
 }
 

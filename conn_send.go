@@ -139,6 +139,9 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		if err != nil {
 			return total, c.opError("write", err)
 		}
+		if room == 0 {
+			continue // short of memory: wait for the reader (commitLocked)
+		}
 		span := c.backend.TxBuf()[off : off+room]
 		n, rerr := r.Read(span)
 		if n < 0 || n > len(span) {
@@ -259,7 +262,7 @@ func (c *Conn) waitSpace() (int, error) {
 		if free = c.windowFree(free); free > 0 {
 			return free, nil
 		}
-		if c.tx.size-cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prepared) > 0 {
+		if c.tx.size-cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prepared) > 0 && !c.tx.window.starved {
 			c.growLocked() // the window is full, the ring is not: the traffic wants more
 			continue
 		}

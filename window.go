@@ -65,6 +65,9 @@ type txWindow struct {
 	slides     int
 	sweptBytes uint64 // txBytes at the sweeper's last look
 	idle       int    // sweeper looks in a row with nothing written
+	// starved: the last commit was refused for memory with bytes in flight; the window
+	// holds at them and does not grow until a commit succeeds (commitLocked).
+	starved bool
 
 	grows, shrinks, commits, decommits, commitFailures atomic.Uint64
 	winNow, committedNow                               atomic.Int64 // for Stats, without tx.mu
@@ -147,8 +150,14 @@ func (c *Conn) unitsOf(off, n int) uint64 {
 }
 
 // commitLocked commits the units that the next n bytes at the prepared cursor go to and
-// returns how many of them may be written: n, or the prefix that lies in committed
-// units if a commit failed (an error if not even one byte). tx.mu is held.
+// returns how many of them may be written: n, or the prefix that lies in committed units
+// if a commit failed. A commit refused for memory does not end the Write while bytes are
+// in flight: it returns 0 and starves the window (it holds at what is in flight and stops
+// growing), so the caller's next waitSpace waits for the reader, and the units it frees
+// are given back before the commit is tried again — the writer goes on within the memory
+// it has, as a TCP sender under memory pressure waits for its buffer
+// (sk_stream_wait_memory). Only with nothing in flight and nothing to give back is the
+// refusal an error. tx.mu is held.
 func (c *Conn) commitLocked(n int) (int, error) {
 	w := &c.tx.window
 	if !w.elastic || n <= 0 {
@@ -169,14 +178,21 @@ func (c *Conn) commitLocked(n int) (int, error) {
 		_, hi := c.unitSpan(k)
 		piece := min(n-done, hi-pos)
 		if w.committed&(1<<k) == 0 {
-			if err := c.backend.CommitTx(k); err != nil {
-				w.commitFailures.Add(1)
+			if err := c.commitUnit(k, need); err != nil {
 				w.publish(c)
-				if done == 0 {
+				if done > 0 {
+					return done, nil
+				}
+				inflight := cdc.Diff(c.tx.size, c.tx.peerCons, c.tx.prepared)
+				if inflight == 0 {
+					w.starved = false
 					return 0, err
 				}
-				return done, nil
+				w.starved, w.win = true, inflight
+				w.publish(c)
+				return 0, nil
 			}
+			w.starved = false
 			w.committed |= 1 << k
 			w.commits.Add(1)
 		}
@@ -187,6 +203,27 @@ func (c *Conn) commitLocked(n int) (int, error) {
 	}
 	w.publish(c)
 	return n, nil
+}
+
+// commitUnit commits unit k; refused, it gives back the committed units that hold
+// nothing live and that this write (need) does not go to, and tries once more. Every
+// refusal counts in commitFailures. tx.mu is held.
+func (c *Conn) commitUnit(k int, need uint64) error {
+	w := &c.tx.window
+	err := c.backend.CommitTx(k)
+	if err == nil {
+		return nil
+	}
+	w.commitFailures.Add(1)
+	keep := c.liveUnits() | need
+	if w.committed&^keep&^1 == 0 {
+		return err
+	}
+	c.decommitLocked(keep)
+	if err = c.backend.CommitTx(k); err != nil {
+		w.commitFailures.Add(1)
+	}
+	return err
 }
 
 // liveUnits are the units that may hold a byte the reader has not consumed or the
@@ -207,7 +244,7 @@ func (c *Conn) slideLocked(need uint64) {
 	if h := c.testHooks; h != nil && h.slideLimit > 0 {
 		limit = h.slideLimit
 	}
-	if w.slides >= limit {
+	if w.slides >= limit && !w.starved {
 		c.growLocked()
 		return
 	}

@@ -302,14 +302,16 @@ func (c *Conn) Reserve(n int) (*Reservation, error) {
 	if err := c.sendable(); err != nil {
 		return nil, err
 	}
-	free, err := c.waitSpace()
-	if err != nil {
-		return nil, err
-	}
-	off := int(c.tx.prepared.Count)
-	k, err := c.commitLocked(min(n, free, c.tx.size-off))
-	if err != nil {
-		return nil, c.opError("reserve", err)
+	var off, k int
+	for k == 0 {
+		free, err := c.waitSpace()
+		if err != nil {
+			return nil, err
+		}
+		off = int(c.tx.prepared.Count)
+		if k, err = c.commitLocked(min(n, free, c.tx.size-off)); err != nil {
+			return nil, c.opError("reserve", err)
+		}
 	}
 	r := &Reservation{c: c, buf: c.backend.TxBuf()[off : off+k : off+k]}
 	c.zc.mu.Lock()

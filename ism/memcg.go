@@ -35,7 +35,11 @@ const (
 	memcgRefresh = time.Second
 	// memcgMargin is the room a DMB must leave under a limit, at least: the rest of the
 	// process (heap, stacks, page cache charged to the cgroup) needs some too. It is the
-	// larger of this and a sixteenth of the limit.
+	// larger of this and a sixteenth of the limit. A writer committing part of a peer's
+	// elastic DMB (commitRoom) needs to leave only half of it: new DMBs are refused while
+	// the connections that have one can still grow their windows, as TCP's memory
+	// pressure refuses new buffers before it starves established flows. A connection is
+	// declined with MEM at its handshake rather than failing a write later.
 	memcgMargin = 8 << 20
 	// memcgUnlimited: a v1 limit at or above this is "no limit" (v1 shows its maximum
 	// as 2^63 rounded down to a page).
@@ -57,11 +61,18 @@ var memcg struct {
 	// applies, so that concurrent registrations do not all pass the check and then
 	// overshoot together.
 	alloc sync.Mutex
-	// room is the headroom the last full check found under the tightest limit, less
-	// what commitRoom let through since; roomAt is when that check ran (under mu).
+	// room is the headroom for commits (the data margin) the last full check found
+	// under the tightest limit, less what commitRoom let through since; roomAt is when
+	// that check ran (under mu).
 	room   int64
 	roomAt time.Time
 }
+
+// The files the check reads; tests point them at a fake tree.
+var (
+	procSelfCgroup = "/proc/self/cgroup"
+	cgroupRoot     = "/sys/fs/cgroup"
+)
 
 // commitRoom is memoryRoom for a writer committing part of a peer's elastic DMB, which
 // happens on the data path: within memcgRefresh of a full check it answers from the
@@ -75,19 +86,23 @@ func commitRoom(n int) (done func(), err error) {
 		return func() {}, nil
 	}
 	memcg.mu.Unlock()
-	return memoryRoom(n)
+	return checkRoom(n, true)
 }
 
-// memoryRoom checks that n more bytes fit under every memory cgroup limit of this
-// process, keeping the margin, and returns ErrNoMemory (wrapped, with the numbers) if
-// not. On success the caller allocates and then calls done.
-func memoryRoom(n int) (done func(), err error) {
+// memoryRoom checks that a new DMB's n bytes fit under every memory cgroup limit of
+// this process, keeping the margin, and returns ErrNoMemory (wrapped, with the numbers)
+// if not. On success the caller allocates and then calls done.
+func memoryRoom(n int) (done func(), err error) { return checkRoom(n, false) }
+
+// checkRoom is memoryRoom, or for a commit on the data path (data) the same check with
+// half the margin.
+func checkRoom(n int, data bool) (done func(), err error) {
 	// The process may have been moved to another cgroup since the last look (one small
 	// read tells), and limits may have changed (looked up again after memcgRefresh).
-	self, _ := os.ReadFile("/proc/self/cgroup")
+	self, _ := os.ReadFile(procSelfCgroup)
 	memcg.mu.Lock()
 	if now := time.Now(); memcg.levels == nil || !bytes.Equal(self, memcg.self) || now.Sub(memcg.at) >= memcgRefresh {
-		memcg.levels = memcgLimits(self, "/sys/fs/cgroup")
+		memcg.levels = memcgLimits(self, cgroupRoot)
 		memcg.self, memcg.at = self, now
 	}
 	levels := memcg.levels
@@ -104,13 +119,17 @@ func memoryRoom(n int) (done func(), err error) {
 			continue // the cgroup went away: the next lookup finds where we are
 		}
 		margin := max(int64(memcgMargin), l.limit/16)
+		dataMargin := margin / 2
+		if data {
+			margin = dataMargin
+		}
 		if used+int64(n)+margin > l.limit {
 			memcg.alloc.Unlock()
-			setRoom(0)
-			return nil, fmt.Errorf("%w: %s is %d bytes of a limit of %d, a DMB of %d would leave less than %d",
+			setRoom(0) // the next commit makes a full check
+			return nil, fmt.Errorf("%w: %s is %d bytes of a limit of %d, %d more would leave less than %d",
 				ErrNoMemory, l.usage, used, l.limit, n, margin)
 		}
-		room = min(room, l.limit-used-margin-int64(n))
+		room = min(room, l.limit-used-dataMargin-int64(n))
 	}
 	setRoom(room)
 	return memcg.alloc.Unlock, nil

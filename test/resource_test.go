@@ -356,7 +356,7 @@ func childServe() error {
 				if err != nil {
 					r.Err = err.Error()
 				}
-				if r.SMC {
+				if r.SMC && err == nil {
 					mu.Lock()
 					keep = append(keep, c)
 					mu.Unlock()

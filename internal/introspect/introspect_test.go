@@ -74,14 +74,15 @@ func raw(t *testing.T) *net.UnixConn {
 	return c
 }
 
-// ask sends one line on c and returns the response line, decoded.
+// ask sends one line on c and returns the response line, decoded. A refusal may come
+// before the request is read, and the server closes: the write then fails (EPIPE), and
+// the refusal is still there to read, as Ask does.
 func ask(t *testing.T, c *net.UnixConn, line string) Response {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(time.Minute))
-	_, err := c.Write([]byte(line))
-	require.NoError(t, err)
+	_, werr := c.Write([]byte(line))
 	b, err := bufio.NewReader(c).ReadBytes('\n')
-	require.NoError(t, err)
+	require.NoError(t, err, "reading the answer (the request's write: %v)", werr)
 	var r Response
 	require.NoError(t, json.Unmarshal(b, &r))
 	return r
@@ -123,6 +124,9 @@ func TestServerBusy(t *testing.T) {
 		}
 		return Response{Stats: &Stats{}}
 	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server's Close, which waits for the handlers, if a check fails
 	var wg sync.WaitGroup
 	for range MaxQueries {
 		c := raw(t)
@@ -134,7 +138,7 @@ func TestServerBusy(t *testing.T) {
 	}
 	r := ask(t, raw(t), `{"v":1,"op":"conns"}`+"\n")
 	assert.Equal(t, ErrCodeBusy, r.Error)
-	close(release)
+	free()
 	wg.Wait()
 	r = ask(t, raw(t), `{"v":1,"op":"conns"}`+"\n")
 	assert.Empty(t, r.Error)
