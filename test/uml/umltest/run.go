@@ -18,6 +18,13 @@ import (
 // DefaultTimeout is Run's hard timeout of one run when Config.Timeout is zero.
 const DefaultTimeout = 5 * time.Minute
 
+// A run of at least innerTimeoutMin gives the test binary inside -test.timeout
+// innerTimeoutMargin below the run's timeout (variables for the package's tests).
+var (
+	innerTimeoutMin    = time.Minute
+	innerTimeoutMargin = 20 * time.Second
+)
+
 // Config says how Run builds the test binary and runs it.
 type Config struct {
 	Instances  int           // 1 or 2; 0 means 2
@@ -134,48 +141,82 @@ func Run(t testing.TB, cfg Config) []Result {
 	}
 	built := time.Since(start)
 
-	out := filepath.Join(work, "out")
-	args := []string{"-q", "-k", kernel, "-n", strconv.Itoa(n), "-o", out,
-		"-t", strconv.Itoa(int((timeout + time.Second - 1) / time.Second))}
-	if cfg.Memory != "" {
-		args = append(args, "-m", cfg.Memory)
+	inner := timeout >= innerTimeoutMin
+	unlock, err := lockMachine()
+	if err != nil {
+		t.Fatalf("umltest: the machine-wide run lock: %v", err)
 	}
-	for _, e := range cfg.Env {
-		args = append(args, "-e", e)
-	}
-	args = append(args, "--", bin, "-test.run", RunPattern(t.Name()), "-test.v", "-test.count=1")
-	args = append(args, cfg.Args...)
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(dir, "run.sh"), args...)
-	cmd.Stderr = &stderr
-	// A descendant of the instances that keeps run.sh's stderr open must not hold the test
-	// once run.sh has exited: stop waiting for the pipe a few seconds after it.
-	cmd.WaitDelay = 5 * time.Second
-	start = time.Now()
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
-		t.Fatalf("umltest: run.sh: %v\n%s", err, stderr.Bytes())
-	}
-	t.Logf("umltest: built in %v, %d instance(s) ran in %v", built.Round(time.Millisecond), n, time.Since(start).Round(time.Millisecond))
+	defer unlock()
+	for attempt := 1; ; attempt++ {
+		out := filepath.Join(work, "out"+strconv.Itoa(attempt))
+		args := []string{"-q", "-k", kernel, "-n", strconv.Itoa(n), "-o", out,
+			"-t", strconv.Itoa(int((timeout + time.Second - 1) / time.Second))}
+		if cfg.Memory != "" {
+			args = append(args, "-m", cfg.Memory)
+		}
+		for _, e := range cfg.Env {
+			args = append(args, "-e", e)
+		}
+		args = append(args, "--", bin, "-test.run", RunPattern(t.Name()), "-test.v", "-test.count=1")
+		if inner {
+			// A test that hangs inside panics at its own timeout first, with every
+			// goroutine's stack on the console, before the instance is killed (a later
+			// -test.timeout in cfg.Args wins).
+			args = append(args, "-test.timeout", (timeout - innerTimeoutMargin).String())
+		}
+		args = append(args, cfg.Args...)
+		var stderr bytes.Buffer
+		cmd := exec.Command(filepath.Join(dir, "run.sh"), args...)
+		cmd.Stderr = &stderr
+		// A descendant of the instances that keeps run.sh's stderr open must not hold the
+		// test once run.sh has exited: stop waiting for the pipe a few seconds after it.
+		cmd.WaitDelay = 5 * time.Second
+		start = time.Now() // after the lock: the time the instances ran
+		err = cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+			t.Fatalf("umltest: run.sh: %v\n%s", err, stderr.Bytes())
+		}
+		t.Logf("umltest: built in %v, %d instance(s) ran in %v", built.Round(time.Millisecond), n, time.Since(start).Round(time.Millisecond))
 
-	results := make([]Result, n)
-	for i := range results {
-		r := &results[i]
-		r.Role = [...]string{RoleServer, RoleClient}[i]
-		r.Dir = filepath.Join(out, strconv.Itoa(i+1))
-		r.Status = -1
-		if b, err := os.ReadFile(filepath.Join(r.Dir, "status")); err == nil {
-			if s, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				r.Status = s
+		results := make([]Result, n)
+		frozen := ""
+		for i := range results {
+			r := &results[i]
+			r.Role = [...]string{RoleServer, RoleClient}[i]
+			r.Dir = filepath.Join(out, strconv.Itoa(i+1))
+			r.Status = -1
+			if b, err := os.ReadFile(filepath.Join(r.Dir, "status")); err == nil {
+				if s, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+					r.Status = s
+				}
+			}
+			r.Console, _ = os.ReadFile(filepath.Join(r.Dir, "console"))
+			r.Console = bytes.ReplaceAll(r.Console, []byte("\r\n"), []byte("\n"))
+			t.Logf("%s console:\n%s", r.Role, r.Console)
+			if inner && Frozen(*r) {
+				frozen = r.Role
 			}
 		}
-		r.Console, _ = os.ReadFile(filepath.Join(r.Dir, "console"))
-		r.Console = bytes.ReplaceAll(r.Console, []byte("\r\n"), []byte("\n"))
-		t.Logf("%s console:\n%s", r.Role, r.Console)
-		if r.Status != 0 {
-			t.Errorf("umltest: %s: exit status %d (-1: it never finished); run.sh said:\n%s", r.Role, r.Status, stderr.Bytes())
+		if frozen != "" && attempt == 1 {
+			t.Logf("umltest: the %s instance froze: its command never finished and its own -test.timeout never fired, "+
+				"so nothing ran in it, the test included (a UML or soft-RoCE fault, not the test's); running again, once", frozen)
+			continue
 		}
+		for _, r := range results {
+			if r.Status != 0 {
+				t.Errorf("umltest: %s: exit status %d (-1: it never finished); run.sh said:\n%s", r.Role, r.Status, stderr.Bytes())
+			}
+		}
+		return results
 	}
-	return results
+}
+
+// Frozen reports whether the instance of r, run with the test binary's own
+// -test.timeout below the run's, was frozen: its command never finished (killed at the
+// run's timeout) and the test binary's timeout panic never reached the console. A test
+// that hangs, however it hangs, panics at its timeout; an instance whose kernel stopped
+// running anything cannot.
+func Frozen(r Result) bool {
+	return r.Status == -1 && !bytes.Contains(r.Console, []byte("panic: test timed out"))
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,12 +110,18 @@ type recorder struct {
 	testing.TB
 	name   string
 	errors []string
+	logs   []string
 }
 
 func (r *recorder) Name() string { return r.name }
 
 func (r *recorder) Errorf(format string, args ...any) {
 	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) Logf(format string, args ...any) {
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+	r.TB.Logf(format, args...)
 }
 
 // TestInsideExit is the test TestExitStatus runs inside two instances: the server passes,
@@ -168,6 +175,72 @@ func TestTimeout(t *testing.T) {
 	assert.Equal(t, -1, res[0].Status)
 	require.Len(t, rec.errors, 1)
 	assert.Contains(t, rec.errors[0], "run.sh: server: timed out after 5 s, instance killed")
+}
+
+// TestHangPanicsInside checks the premise of Frozen: a test that hangs inside an
+// instance, run with its own -test.timeout below the run's, panics at it with its
+// goroutines' stacks on the console, so its instance is not taken for frozen and the run is
+// not repeated.
+func TestHangPanicsInside(t *testing.T) {
+	if Enabled() {
+		t.Skip("runs on the host")
+	}
+	oldMin, oldMargin := innerTimeoutMin, innerTimeoutMargin
+	innerTimeoutMin, innerTimeoutMargin = 10*time.Second, 6*time.Second
+	t.Cleanup(func() { innerTimeoutMin, innerTimeoutMargin = oldMin, oldMargin })
+	rec := &recorder{TB: t, name: "TestInsideHang"}
+	res := Run(rec, Config{Instances: 1, Timeout: 12 * time.Second})
+	require.Len(t, res, 1)
+	assert.NotEqual(t, 0, res[0].Status)
+	assert.NotEqual(t, -1, res[0].Status, "the test's own timeout ended it, not the run's")
+	assert.Contains(t, string(res[0].Console), "panic: test timed out after 6s")
+	assert.Contains(t, string(res[0].Console), "goroutine ")
+	assert.False(t, Frozen(res[0]))
+	require.Len(t, rec.errors, 1)
+	assert.Contains(t, rec.errors[0], "umltest: server: exit status")
+}
+
+// TestInsideFreeze is the test TestFrozenRunsAgain runs inside one instance: it stops
+// its own process, as a frozen instance would, so that not even its timeout can fire.
+func TestInsideFreeze(t *testing.T) {
+	if !Enabled() {
+		t.Skip("runs inside a UML instance, for TestFrozenRunsAgain")
+	}
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGSTOP))
+}
+
+// TestFrozenRunsAgain: a run whose instance froze is run once more, saying so, and fails
+// if it freezes again.
+func TestFrozenRunsAgain(t *testing.T) {
+	if Enabled() {
+		t.Skip("runs on the host")
+	}
+	oldMin, oldMargin := innerTimeoutMin, innerTimeoutMargin
+	innerTimeoutMin, innerTimeoutMargin = 8*time.Second, 4*time.Second
+	t.Cleanup(func() { innerTimeoutMin, innerTimeoutMargin = oldMin, oldMargin })
+	rec := &recorder{TB: t, name: "TestInsideFreeze"}
+	res := Run(rec, Config{Instances: 1, Timeout: 8 * time.Second})
+	require.Len(t, res, 1)
+	assert.Equal(t, -1, res[0].Status)
+	assert.True(t, Frozen(res[0]))
+	again := 0
+	for _, l := range rec.logs {
+		if strings.Contains(l, "the server instance froze") && strings.Contains(l, "running again, once") {
+			again++
+		}
+	}
+	assert.Equal(t, 1, again, "one more run, said once: %q", rec.logs)
+	require.Len(t, rec.errors, 1, "the second freeze fails the test")
+	assert.Contains(t, rec.errors[0], "umltest: server: exit status -1")
+}
+
+// TestFrozen: an instance killed at the run's timeout with no timeout panic of its test
+// on the console was frozen; one that finished, or panicked at its own timeout, was not.
+func TestFrozen(t *testing.T) {
+	assert.True(t, Frozen(Result{Status: -1, Console: []byte("=== RUN   TestX\n")}))
+	assert.False(t, Frozen(Result{Status: -1, Console: []byte("panic: test timed out after 4m20s\n")}))
+	assert.False(t, Frozen(Result{Status: 1, Console: []byte("--- FAIL: TestX\n")}))
+	assert.False(t, Frozen(Result{Status: 0}))
 }
 
 func TestCurrentOutside(t *testing.T) {
