@@ -76,8 +76,9 @@ type Config struct {
 	AutocorkSize int
 	// AutosplitSize splits writes of at least 4/3 of it into segments of this size, each
 	// published as soon as it is copied, so the receiver copies out while the sender
-	// still copies in. Default SMCLOOP_AUTOSPLIT_SIZE, else 128 KiB (the autosplit patch's
-	// default); 32 KiB .. 512 MiB. Negative disables autosplit.
+	// still copies in. Default SMCLOOP_AUTOSPLIT_SIZE, else 32 KiB (the autosplit patch's
+	// smallest; its default, 128 KiB, makes 1 MiB round trips a quarter slower here,
+	// docs/TUNING.md); 32 KiB .. 512 MiB. Negative disables autosplit.
 	AutosplitSize int
 	// DisableSMC turns SMC-D off for this side: a dialer still speaks CLC but declines
 	// with NOSMCDDEV, a listener declines every proposal. Also SMCLOOP_SMCD=off.
@@ -248,7 +249,7 @@ func processDefaults() (envDefaults, error) {
 func readEnv(environ []string) (envDefaults, error) {
 	d := envDefaults{
 		rmem: 0, wmem: 64 << 10, sendMode: SendNoCopy, smcd: true,
-		autocork: 0, autosplit: 128 << 10,
+		autocork: 0, autosplit: 32 << 10,
 		ueid: "SMCLOOP", handshakeTimeout: clc.WaitTime,
 	}
 	for _, kv := range environ {

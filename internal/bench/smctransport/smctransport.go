@@ -49,7 +49,7 @@ func registerSMC() {
 		cfg  smcloop.Config
 		lc   smcloop.ListenConfig // Config is set from cfg
 	}{
-		{"smcd", "smcloop defaults (elastic 1 MiB DMB, short adaptive spin-yield, then a short futex sleep if the process is idle, before the doorbell; autosplit 128 KiB)",
+		{"smcd", "smcloop defaults (elastic 1 MiB DMB, short adaptive spin-yield, then a short futex sleep if the process is idle, before the doorbell; autosplit 32 KiB)",
 			smcloop.Config{}, smcloop.ListenConfig{}}, // doorbells; busy polling only if SMCLOOP_BUSY_POLL sets it
 		{"smcd-nospin", "smcloop, no spinning: every wait sleeps at once (BusyPoll -1)", smcloop.Config{BusyPoll: -1}, smcloop.ListenConfig{}},
 		// 1 MiB DMBs, SMC-D's largest, as the kernel's loopback-ism figures use.
@@ -62,9 +62,9 @@ func registerSMC() {
 		// The autocork preset: autocorking on (it is off by default; see docs/TUNING.md).
 		{"smcd-autocork", "smcloop defaults with autocorking on (AutocorkSize 64 KiB, the kernel's autocorking_size)", smcloop.Config{AutocorkSize: 64 << 10}, smcloop.ListenConfig{}},
 		// The autosplit preset: 1 MiB buffers (SMC-D's largest DMB, at least the 512 KiB
-		// wmem/rmem the reference table used), autosplit at its default 128 KiB and off.
-		{"smcd-1m-split", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB), autosplit 128 KiB (the default)",
-			smcloop.Config{RMem: maxDMB, WMem: maxDMB}, smcloop.ListenConfig{}},
+		// wmem/rmem the reference table used), autosplit at the patch's default 128 KiB and off.
+		{"smcd-1m-split", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB), autosplit 128 KiB (the patch's default)",
+			smcloop.Config{RMem: maxDMB, WMem: maxDMB, AutosplitSize: 128 << 10}, smcloop.ListenConfig{}},
 		{"smcd-1m-nosplit", "smcloop, RMem/WMem 1 MiB (SMC-D's largest DMB), autosplit off",
 			smcloop.Config{RMem: maxDMB, WMem: maxDMB, AutosplitSize: -1}, smcloop.ListenConfig{}},
 		// Handshake limitation (SMC_LIMIT_HS) on: congested handshakes make new clients TCP.
