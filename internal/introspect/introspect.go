@@ -108,6 +108,7 @@ type Cursors struct {
 // Modes of a connection.
 const (
 	ModeSMCD = "SMCD"
+	ModeSMCR = "SMCR"
 	ModeTCP  = "TCP"
 )
 
@@ -116,7 +117,7 @@ type Conn struct {
 	PID   int    `json:"pid"`
 	Side  string `json:"side"` // "client" or "server"
 	State string `json:"state"`
-	Mode  string `json:"mode"` // ModeSMCD or ModeTCP
+	Mode  string `json:"mode"` // ModeSMCD, ModeSMCR or ModeTCP
 	// LocalReason and PeerReason are the fallback codes (0 on SMC-D), with their names.
 	LocalReason     uint32 `json:"local_reason"`
 	PeerReason      uint32 `json:"peer_reason"`
@@ -143,11 +144,11 @@ type Conn struct {
 	RingsSuppressed uint64 `json:"rings_suppressed"`
 }
 
-// ModeString is the connection's mode as smcss prints it: "SMCD" or
+// ModeString is the connection's mode as smcss prints it: "SMCD", "SMCR" or
 // "TCP 0x05000000/0x03030001".
 func (c Conn) ModeString() string {
-	if c.Mode == ModeSMCD {
-		return ModeSMCD
+	if c.Mode == ModeSMCD || c.Mode == ModeSMCR {
+		return c.Mode
 	}
 	return fmt.Sprintf("%s 0x%08x/0x%08x", c.Mode, c.LocalReason, c.PeerReason)
 }

@@ -183,3 +183,11 @@ func TestDialChecksHolder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &Response{V: Version, Process: Self(), Stats: &Stats{ConnsNow: 7}}, r)
 }
+
+// TestModeString: SMC-D and SMC-R print their names alone, a fallback its carrier and
+// both decline codes, as smcss does.
+func TestModeString(t *testing.T) {
+	assert.Equal(t, "SMCD", Conn{Mode: ModeSMCD}.ModeString())
+	assert.Equal(t, "SMCR", Conn{Mode: ModeSMCR}.ModeString())
+	assert.Equal(t, "TCP 0x05000000/0x03030001", Conn{Mode: ModeTCP, LocalReason: 0x05000000, PeerReason: 0x03030001}.ModeString())
+}
