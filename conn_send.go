@@ -124,6 +124,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	if c.zc.resvOut() {
 		return 0, c.opError("readfrom", ErrZeroCopyBusy)
 	}
+	c.tx.window.starved = false // a new call tries to grow again
 	var total int64
 	for {
 		if err := c.sendable(); err != nil {
@@ -191,6 +192,7 @@ func (c *Conn) send(b []byte, more bool) (int, error) {
 	if c.zc.resvOut() {
 		return 0, c.opError("write", ErrZeroCopyBusy)
 	}
+	c.tx.window.starved = false // a new call tries to grow again
 	split := splitSize(len(b), c.cfg.autosplit)
 	total, segment := 0, 0
 	for len(b) > 0 {

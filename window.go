@@ -66,7 +66,8 @@ type txWindow struct {
 	sweptBytes uint64 // txBytes at the sweeper's last look
 	idle       int    // sweeper looks in a row with nothing written
 	// starved: the last commit was refused for memory with bytes in flight; the window
-	// holds at them and does not grow until a commit succeeds (commitLocked).
+	// holds at them and does not grow until a commit succeeds (commitLocked) or the next
+	// Write, ReadFrom or Reserve begins.
 	starved bool
 
 	grows, shrinks, commits, decommits, commitFailures atomic.Uint64

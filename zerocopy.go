@@ -302,6 +302,7 @@ func (c *Conn) Reserve(n int) (*Reservation, error) {
 	if err := c.sendable(); err != nil {
 		return nil, err
 	}
+	c.tx.window.starved = false // a new call tries to grow again
 	var off, k int
 	for k == 0 {
 		free, err := c.waitSpace()
