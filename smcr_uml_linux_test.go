@@ -49,7 +49,7 @@ const (
 // tshark as SMC-Rv2 Proposal, Accept and Confirm.
 func TestSMCRInUML(t *testing.T) {
 	if !umltest.Enabled() {
-		res := umltest.Run(t, umltest.Config{Instances: 2, Tags: []string{"rdma"}, Timeout: 280 * time.Second, Memory: "1G"})
+		res := umltest.Run(t, umltest.Config{Instances: 2, Tags: []string{"rdma"}, Timeout: 150 * time.Second, Memory: "1G"})
 		if t.Failed() || len(res) == 0 {
 			return
 		}

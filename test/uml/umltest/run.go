@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,7 +142,11 @@ func Run(t testing.TB, cfg Config) []Result {
 	}
 	built := time.Since(start)
 
-	inner := timeout >= innerTimeoutMin
+	// The test binary's own timeout, unless cfg.Args sets one (then a hang is not told
+	// from a freeze).
+	inner := timeout >= innerTimeoutMin && !slices.ContainsFunc(cfg.Args, func(a string) bool {
+		return strings.HasPrefix(strings.TrimLeft(a, "-"), "test.timeout")
+	})
 	unlock, err := lockMachine()
 	if err != nil {
 		t.Fatalf("umltest: the machine-wide run lock: %v", err)
@@ -160,8 +165,7 @@ func Run(t testing.TB, cfg Config) []Result {
 		args = append(args, "--", bin, "-test.run", RunPattern(t.Name()), "-test.v", "-test.count=1")
 		if inner {
 			// A test that hangs inside panics at its own timeout first, with every
-			// goroutine's stack on the console, before the instance is killed (a later
-			// -test.timeout in cfg.Args wins).
+			// goroutine's stack on the console, before the instance is killed.
 			args = append(args, "-test.timeout", (timeout - innerTimeoutMargin).String())
 		}
 		args = append(args, cfg.Args...)
