@@ -177,6 +177,14 @@ func TestTimeout(t *testing.T) {
 	assert.Contains(t, rec.errors[0], "run.sh: server: timed out after 5 s, instance killed")
 }
 
+// shortInnerTimeout lowers the run length from which Run gives the test binary its own
+// timeout, and that timeout's margin, for the rest of t.
+func shortInnerTimeout(t *testing.T, from, margin time.Duration) {
+	oldMin, oldMargin := innerTimeoutMin, innerTimeoutMargin
+	innerTimeoutMin, innerTimeoutMargin = from, margin
+	t.Cleanup(func() { innerTimeoutMin, innerTimeoutMargin = oldMin, oldMargin })
+}
+
 // TestHangPanicsInside checks the premise of Frozen: a test that hangs inside an
 // instance, run with its own -test.timeout below the run's, panics at it with its
 // goroutines' stacks on the console, so its instance is not taken for frozen and the run is
@@ -185,9 +193,7 @@ func TestHangPanicsInside(t *testing.T) {
 	if Enabled() {
 		t.Skip("runs on the host")
 	}
-	oldMin, oldMargin := innerTimeoutMin, innerTimeoutMargin
-	innerTimeoutMin, innerTimeoutMargin = 10*time.Second, 6*time.Second
-	t.Cleanup(func() { innerTimeoutMin, innerTimeoutMargin = oldMin, oldMargin })
+	shortInnerTimeout(t, 10*time.Second, 6*time.Second)
 	rec := &recorder{TB: t, name: "TestInsideHang"}
 	res := Run(rec, Config{Instances: 1, Timeout: 12 * time.Second})
 	require.Len(t, res, 1)
@@ -215,9 +221,7 @@ func TestFrozenRunsAgain(t *testing.T) {
 	if Enabled() {
 		t.Skip("runs on the host")
 	}
-	oldMin, oldMargin := innerTimeoutMin, innerTimeoutMargin
-	innerTimeoutMin, innerTimeoutMargin = 8*time.Second, 4*time.Second
-	t.Cleanup(func() { innerTimeoutMin, innerTimeoutMargin = oldMin, oldMargin })
+	shortInnerTimeout(t, 8*time.Second, 4*time.Second)
 	rec := &recorder{TB: t, name: "TestInsideFreeze"}
 	res := Run(rec, Config{Instances: 1, Timeout: 8 * time.Second})
 	require.Len(t, res, 1)
