@@ -2,9 +2,11 @@ package smcloop
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -264,8 +266,10 @@ func TestSMCRManyConnsOneLinkGroup(t *testing.T) {
 	cfg := Config{RMem: 16 << 10}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*conns)
+	var all []*Conn
 	for i := range conns {
 		a, b := env.pair(t, cfg, cfg, i == 0, false)
+		all = append(all, a, b)
 		for k, dir := range [][2]*Conn{{a, b}, {b, a}} {
 			want := pattern(size, byte(2*i+k))
 			w, r := dir[0], dir[1]
@@ -287,13 +291,34 @@ func TestSMCRManyConnsOneLinkGroup(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
+	waitOrReport(t, &wg, 2*time.Minute, all...)
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
 	}
 	assert.NoError(t, env.gc.Err())
 	assert.NoError(t, env.gs.Err())
+}
+
+// waitOrReport waits for wg at most d; past it, it fails the test with what every
+// connection's counters and backend (its CDC state, for SMC-R) say, instead of hanging
+// until the test binary's timeout. The goroutines still blocked are left behind.
+func waitOrReport(t *testing.T, wg *sync.WaitGroup, d time.Duration, conns ...*Conn) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(d):
+	}
+	var b strings.Builder
+	for i, c := range conns {
+		st := c.Stats()
+		fmt.Fprintf(&b, "conn %d: sent %d, received %d, pushes %d, window updates %d, write waits %+v, read waits %+v\n  %v\n",
+			i, st.SMCBytesSent, st.SMCBytesRecv, st.Pushes, st.WindowUpdates, st.WriteWaits, st.ReadWaits, c.backend)
+	}
+	t.Fatalf("not done after %v:\n%s", d, b.String())
 }
 
 // TestSMCRHostileCursor: a producer cursor out of the ring, sent as a real CDC message by

@@ -114,6 +114,19 @@ func (g *LinkGroup) NewConn(cfg ConnConfig) (*Conn, error) {
 }
 
 // Token is the connection's alert token, which the peer's CDC messages carry.
+// String describes the connection's CDC state for a log or a failure message: the last
+// sequence number and cursors sent and received, what is in flight and who sleeps.
+func (c *Conn) String() string {
+	c.txMu.Lock()
+	txSeq, prod, cons, txErr := c.txSeq, c.lastProd, c.lastCons, c.txErr
+	c.txMu.Unlock()
+	c.rxMu.Lock()
+	rxSeq, peerProd, peerCons, failed := c.rxSeq, c.peerProd, c.peerCons, c.failed
+	c.rxMu.Unlock()
+	return fmt.Sprintf("smcr.Conn token %#x: sent seq %d prod %v cons %+v (err %v); received seq %d prod %v cons %+v (link %v); pending %d, sleeping %#x, rings %d",
+		c.token, txSeq, prod, cons, txErr, rxSeq, peerProd, peerCons, failed, c.pending.Load(), c.sleeping.Load(), c.ringsSent.Load())
+}
+
 func (c *Conn) Token() uint32 { return c.token }
 
 // RMB is the connection's receive buffer.
