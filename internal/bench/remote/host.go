@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/smcloop/smcloop/internal/backoff"
 )
 
 // The host's bounds (variables so that the tests can shorten them).
@@ -67,15 +69,23 @@ func (h *Host) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	var retry backoff.Backoff
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !errors.Is(err, net.ErrClosed) && retry.Wait(ctx.Done()) {
+				continue // EMFILE and the like: a session that ends frees one
+			}
 			ln.Close()
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("remote: accept: %w", err)
 		}
+		retry.Reset()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -86,8 +96,7 @@ func (h *Host) Serve(ctx context.Context, ln net.Listener) error {
 				h.session(ctx, conn)
 			default:
 				h.logf(conn, "refused: %d sessions already", limit)
-				conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-				conn.Write(appendFrame(nil, frameRefused, fmt.Appendf(nil, "busy: %d sessions already", limit)))
+				h.refuse(conn, fmt.Sprintf("busy: %d sessions already", limit))
 			}
 		}()
 	}

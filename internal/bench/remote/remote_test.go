@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +91,12 @@ func startHost(t *testing.T) (addr string, log *logLines) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	return serveHost(t, ln)
+}
+
+// serveHost is startHost on ln.
+func serveHost(t *testing.T, ln net.Listener) (addr string, log *logLines) {
+	t.Helper()
 	log = newLog()
 	h := &Host{
 		Command: func(args []string) *exec.Cmd {
@@ -124,6 +132,35 @@ func TestRelay(t *testing.T) {
 	assert.Equal(t, "LISTEN x\nhello\n", out.String())
 	assert.Equal(t, "echo done\n", errOut.String())
 	log.waitFor(t, `exited with status 3`)
+}
+
+// flakyListener fails its first Accept with EMFILE, as a process out of descriptors
+// would.
+type flakyListener struct {
+	net.Listener
+	failed atomic.Bool
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if !l.failed.Swap(true) {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestHostAcceptRetries: a transient accept error (EMFILE) does not end the host; it
+// retries and serves the next connection.
+func TestHostAcceptRetries(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	fl := &flakyListener{Listener: ln}
+	addr, _ := serveHost(t, fl)
+	var out bytes.Buffer
+	status, err := Relay(context.Background(), addr, []string{"echo"}, strings.NewReader("after EMFILE\n"), &out, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 3, status)
+	assert.Equal(t, "after EMFILE\n", out.String())
+	assert.True(t, fl.failed.Load())
 }
 
 func TestRelayRefused(t *testing.T) {
