@@ -26,24 +26,19 @@ const maxSkipped = smcrDials + 2
 // connection that is not SMC-R.
 func registerSMCR() {
 	var lc smcloop.ListenConfig
+	listenOn := func(ctx context.Context, addr string) (net.Listener, error) {
+		ln, err := lc.Listen(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &smcrListener{ln}, nil
+	}
 	bench.Register(bench.Transport{
-		Name:     "smcr",
-		Desc:     "smcloop between two hosts: SMC-R over RDMA verbs (the rdma build tag and an RDMA device on each host), defaults",
-		TwoHosts: true,
-		Listen: func(ctx context.Context) (net.Listener, error) {
-			ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-			if err != nil {
-				return nil, err
-			}
-			return &smcrListener{ln}, nil
-		},
-		ListenOn: func(ctx context.Context, addr string) (net.Listener, error) {
-			ln, err := lc.Listen(ctx, "tcp", addr)
-			if err != nil {
-				return nil, err
-			}
-			return &smcrListener{ln}, nil
-		},
+		Name:          "smcr",
+		Desc:          "smcloop between two hosts: SMC-R over RDMA verbs (the rdma build tag and an RDMA device on each host), defaults",
+		TwoHosts:      true,
+		Listen:        func(ctx context.Context) (net.Listener, error) { return listenOn(ctx, "127.0.0.1:0") },
+		ListenOn:      listenOn,
 		Dial:          smcrDial,
 		Mode:          smcrMode,
 		ListenerStats: func(ln net.Listener) bench.ListenerStats { return smcListenerStats(ln.(*smcrListener).Listener) },
