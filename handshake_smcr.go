@@ -120,6 +120,17 @@ func (p *peerLocks) lock(key smcr.GroupKey, deadline time.Time) (func(), bool) {
 	}
 }
 
+// lockPeer takes the first-contact lock of key for role, held in h.rdma until the link
+// group is up or the handshake ends; it fails the handshake at its deadline.
+func (h *handshake) lockPeer(role smcr.Role, key smcr.GroupKey) error {
+	unlock, ok := rdmaPeerLocks[role].lock(key, h.deadline)
+	if !ok {
+		return h.fail("waiting for the link group's first contact", fmt.Errorf("%w: another handshake with peer %x is starting its link group", os.ErrDeadlineExceeded, key.PeerID))
+	}
+	h.rdma.unlock = unlock
+	return nil
+}
+
 // rdmaDevices are this process's SMC-R devices, opened on first use: one device context
 // for the link groups it serves and one for those it dials, since a link group belongs to
 // one side of the handshake (smcr_lgr_match compares the role) and the groups of one
@@ -300,11 +311,9 @@ func (h *handshake) connectRDMA(acc *clc.AcceptConfirmR) (*Conn, error) {
 		return h.decline(code)
 	}
 	key := smcr.GroupKey{PeerID: acc.PeerID, PeerGID: acc.GID}
-	unlock, ok := rdmaPeerLocks[smcr.Client].lock(key, h.deadline)
-	if !ok {
-		return nil, h.fail("waiting for the link group's first contact", fmt.Errorf("%w: another handshake with peer %x is starting its link group", os.ErrDeadlineExceeded, key.PeerID))
+	if err := h.lockPeer(smcr.Client, key); err != nil {
+		return nil, err
 	}
-	s.unlock = unlock
 	if acc.FirstContact {
 		if old := s.dev.LinkGroup(key); old != nil {
 			old.Close() // the server started over: its old group is gone (smc_lgr_cleanup_early)
@@ -374,11 +383,9 @@ func (h *handshake) listenRDMA(prop *clc.Proposal) (*Conn, error) {
 	}
 	s := &h.rdma
 	key := smcr.GroupKey{PeerID: prop.PeerID, PeerGID: prop.RoCEv2GID}
-	unlock, ok := rdmaPeerLocks[smcr.Server].lock(key, h.deadline)
-	if !ok {
-		return nil, h.fail("waiting for the link group's first contact", fmt.Errorf("%w: another handshake with peer %x is starting its link group", os.ErrDeadlineExceeded, key.PeerID))
+	if err := h.lockPeer(smcr.Server, key); err != nil {
+		return nil, err
 	}
-	s.unlock = unlock
 	if g := s.dev.LinkGroup(key); g != nil && g.Active() {
 		s.group = g
 		s.releaseLock() // the group is up: nothing to serialise
