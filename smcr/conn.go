@@ -113,7 +113,6 @@ func (g *LinkGroup) NewConn(cfg ConnConfig) (*Conn, error) {
 	return c, nil
 }
 
-// Token is the connection's alert token, which the peer's CDC messages carry.
 // String describes the connection's CDC state for a log or a failure message: the last
 // sequence number and cursors sent and received, what is in flight and who sleeps.
 func (c *Conn) String() string {
@@ -127,6 +126,7 @@ func (c *Conn) String() string {
 		c.token, txSeq, prod, cons, txErr, rxSeq, peerProd, peerCons, failed, c.pending.Load(), c.sleeping.Load(), c.ringsSent.Load())
 }
 
+// Token is the connection's alert token, which the peer's CDC messages carry.
 func (c *Conn) Token() uint32 { return c.token }
 
 // RMB is the connection's receive buffer.
@@ -482,10 +482,16 @@ func (c *Conn) Close(peerDone bool) {
 		}
 		return
 	}
+	c.leave((peerDone || c.peerGone.Load()) && !c.violated.Load() && c.Err() == nil)
+}
+
+// leave takes the closed connection off its group and gives its RMB back: to the pool
+// with reuse, else freed.
+func (c *Conn) leave(reuse bool) {
+	g := c.g
 	g.mu.Lock()
 	delete(g.conns, c.token)
 	g.mu.Unlock()
-	reuse := (peerDone || c.peerGone.Load()) && !c.violated.Load() && c.Err() == nil
 	g.putRMB(c.rmb, reuse)
 }
 
@@ -499,14 +505,9 @@ func (c *Conn) peerClosed() bool {
 // endLinger ends a closed connection's linger, once: it leaves the group, and its RMB
 // goes back to the pool, or is freed if the link is down.
 func (c *Conn) endLinger() {
-	if !c.lingering.CompareAndSwap(true, false) {
-		return
+	if c.lingering.CompareAndSwap(true, false) {
+		c.leave(c.Err() == nil)
 	}
-	g := c.g
-	g.mu.Lock()
-	delete(g.conns, c.token)
-	g.mu.Unlock()
-	g.putRMB(c.rmb, c.Err() == nil)
 }
 
 // Group is the link group the connection belongs to.
