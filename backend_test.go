@@ -346,9 +346,9 @@ func TestFakeElasticWindow(t *testing.T) {
 
 // TestFakeCommitFailure: a commit refused (a memory limit) while bytes are in flight
 // does not end the Write: the writer waits for the reader (the window starves and does
-// not grow), tries again once the reader consumed, and goes on; every byte exact. With
-// nothing in flight and nothing to give back, a refusal is the Write's error, and once
-// commits succeed again the connection goes on.
+// not grow), tries again once the reader consumed, and goes on; every byte exact. On a
+// fresh connection, with nothing in flight and nothing to give back, a refusal is the
+// Write's error, and once commits succeed again the connection goes on.
 func TestFakeCommitFailure(t *testing.T) {
 	pauseSweeper(t)
 	const size, unit = 1 << 20, 64 << 10
@@ -369,19 +369,23 @@ func TestFakeCommitFailure(t *testing.T) {
 	assert.Equal(t, len(want), r.n)
 	assert.EqualValues(t, 1, a.Stats().CommitFailures)
 
-	// Nothing in flight: the first refusal gives back every unit but the owner's, the
-	// second leaves nothing to give back, and fails the Write with nothing written.
-	off := int(a.tx.prepared.Count)
-	fill := pattern((off/unit+1)*unit-off, 6)
-	_, err := a.Write(fill) // up to the end of the cursor's unit
+	// A fresh connection with nothing in flight and only the owner's unit committed:
+	// there is nothing to give back, so a refusal fails the Write, with nothing written.
+	c, d, ce, de := fakeElasticPipe(t, size, unit)
+	defer c.Close()
+	defer d.Close()
+	own := pattern(unit, 6) // the owner's unit, whole
+	_, err := c.Write(own)
 	require.NoError(t, err)
-	assert.Equal(t, fill, readN(t, b, len(fill)))
-	ae.FailCommits(2)
-	n, err := a.Write(pattern(1000, 7))
+	assert.Equal(t, own, readN(t, d, len(own)))
+	require.Equal(t, 1, de.Committed())
+	ce.FailCommits(1)
+	n, err := c.Write(pattern(1000, 7))
 	require.ErrorIs(t, err, pathtest.ErrCommit)
 	assert.Zero(t, n)
-	assert.Equal(t, 1, be.Committed(), "only the owner's unit is left")
-	assert.EqualValues(t, 3, a.Stats().CommitFailures)
+	assert.EqualValues(t, 1, c.Stats().CommitFailures)
+	streamExact(t, c, d, 1<<20, 200<<10, 9)
+	assert.Zero(t, de.Events().Uncommitted, "publications into uncommitted units")
 
 	streamExact(t, a, b, 2<<20, 200<<10, 8)
 	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
@@ -396,18 +400,20 @@ func TestFakeCommitGivesBack(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 
-	// With no reader the window grows to 256 KiB: units 0-3 committed, all read then.
+	// With no reader the window grows to 256 KiB (the ring has room): units 0-3
+	// committed, all read then.
 	first := pattern(4*unit, 1)
-	wr := goWrite(a, first)
+	n, err := a.Write(first)
+	require.NoError(t, err)
+	require.Equal(t, len(first), n)
 	assert.Equal(t, first, readN(t, b, len(first)))
-	require.NoError(t, await(t, wr, "the first Write").err)
 	require.Equal(t, 4, be.Committed())
 	st := a.Stats()
 
 	// The next unit's commit is refused once: units 1-3 hold nothing live and go.
 	ae.FailCommits(1)
 	next := pattern(unit/2, 2)
-	n, err := a.Write(next)
+	n, err = a.Write(next)
 	require.NoError(t, err)
 	assert.Equal(t, len(next), n)
 	assert.Equal(t, next, readN(t, b, len(next)))
@@ -415,6 +421,21 @@ func TestFakeCommitGivesBack(t *testing.T) {
 	assert.EqualValues(t, 1, st2.CommitFailures-st.CommitFailures)
 	assert.EqualValues(t, 3, st2.UnitDecommits-st.UnitDecommits)
 	assert.Equal(t, 2, be.Committed(), "unit 0 and the one written")
+
+	// Refused twice, with nothing in flight: the first refusal gives back unit 4, the
+	// second leaves nothing to give back and fails the Write, with nothing written.
+	fill := pattern(unit/2, 3) // to the end of unit 4
+	_, err = a.Write(fill)
+	require.NoError(t, err)
+	assert.Equal(t, fill, readN(t, b, len(fill)))
+	require.Equal(t, 2, be.Committed())
+	ae.FailCommits(2)
+	n, err = a.Write(pattern(1000, 4))
+	require.ErrorIs(t, err, pathtest.ErrCommit)
+	assert.Zero(t, n)
+	assert.Equal(t, 1, be.Committed(), "only the owner's unit is left")
+	assert.EqualValues(t, 3, a.Stats().CommitFailures-st.CommitFailures)
+	streamExact(t, a, b, 2<<20, 200<<10, 5)
 	assert.Zero(t, be.Events().Uncommitted, "publications into uncommitted units")
 }
 
