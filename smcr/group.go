@@ -175,7 +175,10 @@ type LinkGroup struct {
 	early     *ConfirmLink         // a client's CONFIRM_LINK that came before AwaitConfirmLink
 	free      []*RMB               // idle RMBs for reuse
 	memUsers  int                  // RMBs and send buffers whose regions are open
-	torn      bool                 // the link's objects are closed; the PD goes with the last region
+	torn      bool                 // the link is being torn down: no post, no RMB pooled
+	// linkClosed: the link's own objects (queue pair, CQs, channel, work-request
+	// regions) are closed, which the PD outlives; it goes with the last region after.
+	linkClosed bool
 	// registered: the group is counted in its device's released (set before it is
 	// shared, in addGroup).
 	registered bool
@@ -228,6 +231,7 @@ func (d *Device) NewLinkGroup(cfg GroupConfig) (_ *LinkGroup, err error) {
 	defer func() {
 		if err != nil {
 			g.release()
+			g.linkClosed = true // not shared yet
 			g.releasePD()
 		}
 	}()
@@ -822,6 +826,9 @@ func (g *LinkGroup) teardown() {
 	g.torn = true
 	g.mu.Unlock()
 	g.release()
+	g.mu.Lock()
+	g.linkClosed = true
+	g.mu.Unlock()
 	g.useMu.Unlock()
 	for _, r := range free {
 		r.destroy()
@@ -860,11 +867,12 @@ func (g *LinkGroup) release() {
 	}
 }
 
-// releasePD closes the protection domain once the link is torn down and no region of a
-// connection is left.
+// releasePD closes the protection domain once the link's objects are closed and no
+// region of a connection is left: a PD closed before its queue pair fails (EBUSY) and
+// stays open.
 func (g *LinkGroup) releasePD() {
 	g.mu.Lock()
-	last := g.memUsers == 0 && g.pd != nil
+	last := g.linkClosed && g.memUsers == 0 && g.pd != nil
 	pd := g.pd
 	if last {
 		g.pd = nil
@@ -883,9 +891,9 @@ func (g *LinkGroup) releasePD() {
 func (g *LinkGroup) memDone() {
 	g.mu.Lock()
 	g.memUsers--
-	torn := g.torn
+	closed := g.linkClosed
 	g.mu.Unlock()
-	if torn {
+	if closed {
 		g.releasePD()
 	}
 }

@@ -25,7 +25,8 @@ func newDevice(t testing.TB, f *verbstest.Fabric, ip net.IP) (*verbstest.Host, *
 	d, err := OpenDevice(h, "")
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		require.NoError(t, d.Close())
+		err := d.Close()
+		require.NoError(t, err, "left: %+v (device %s)", h.Live(), ip)
 		require.Equal(t, verbstest.Counts{}, h.Live(), "host objects left open")
 	})
 	return h, d
