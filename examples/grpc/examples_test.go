@@ -146,6 +146,22 @@ type benchResult struct {
 	ServerModes map[string]int     `json:"server_modes"`
 	Redials     []string           `json:"redials"`
 	Error       string             `json:"error"`
+	ClientSMC   *benchCounters     `json:"client_smc"`
+	ServerSMC   *benchCounters     `json:"server_smc"`
+}
+
+// benchCounters is the part of a side's smcloop counters the test checks.
+type benchCounters struct {
+	Sleeps uint64 `json:"sleeps"`
+	Waits  struct {
+		Waits       uint64 `json:"waits"`
+		SpinHits    uint64 `json:"spin_hits"`
+		SpinMisses  uint64 `json:"spin_misses"`
+		SpinSkips   uint64 `json:"spin_skips"`
+		FutexHits   uint64 `json:"futex_hits"`
+		FutexMisses uint64 `json:"futex_misses"`
+		RecheckHits uint64 `json:"recheck_hits"`
+	} `json:"waits"`
 }
 
 type benchReport struct {
@@ -249,6 +265,21 @@ func TestStacksbench(t *testing.T) {
 			keep = 2
 		}
 		assert.GreaterOrEqual(t, r.Conns, keep, "%s on %s", r.Workload, r.Transport)
+		// The waits of smcloop's measured interval: with the default spin every wait
+		// either spun (and caught the bytes or not) or skipped it; one the spin did not
+		// end was caught by a short sleep, by the re-check after the announcement, or
+		// slept on the doorbell, unless its deadline had passed (net/http's server
+		// ends its background read so). A wait counts when it begins and again when
+		// it ends, so a connection's reader and writer may each be halfway through one
+		// at either end of the interval.
+		if r.Transport == "smcloop" && r.Workload != "http-default-transport-8" {
+			for side, c := range map[string]*benchCounters{"client": r.ClientSMC, "server": r.ServerSMC} {
+				require.NotNil(t, c, "%s on %s: %s counters", r.Workload, r.Transport, side)
+				w, open := c.Waits, float64(4*r.Conns)
+				assert.InDelta(t, w.Waits, w.SpinHits+w.SpinMisses+w.SpinSkips, open, "%s, %s: %+v", r.Workload, side, w)
+				assert.LessOrEqual(t, float64(w.FutexHits+w.RecheckHits+c.Sleeps), float64(w.Waits-w.SpinHits)+open, "%s, %s: %+v, %d sleeps", r.Workload, side, w, c.Sleeps)
+			}
+		}
 		for _, d := range r.Redials {
 			t.Logf("round %d, %s on %s: %s", r.Round, r.Workload, r.Transport, d)
 		}
@@ -268,7 +299,7 @@ func TestStacksbench(t *testing.T) {
 	}
 
 	// The table: every section, a parsable row per transport, and no errors.
-	sections := []string{"GRPC UNARY 16 B", "GRPC UNARY 4 KiB", "GRPC STREAM 64 KiB", "NET/HTTP GET 1 MiB, 1 CONNECTION", "NET/HTTP GET 1 KiB, 8 CONNECTIONS", "NET/HTTP GET 1 MiB, 1 CONNECTION, PHASES", "NET/HTTP CONNECTIONS", "SMCLOOP COUNTERS"}
+	sections := []string{"GRPC UNARY 16 B", "GRPC UNARY 4 KiB", "GRPC STREAM 64 KiB", "NET/HTTP GET 1 MiB, 1 CONNECTION", "NET/HTTP GET 1 KiB, 8 CONNECTIONS", "NET/HTTP GET 1 MiB, 1 CONNECTION, PHASES", "NET/HTTP CONNECTIONS", "SMCLOOP COUNTERS", "SMCLOOP WAITS"}
 	rest := out
 	for _, s := range sections {
 		i := strings.Index(rest, "\n"+s+"  ")
@@ -294,6 +325,10 @@ func TestStacksbench(t *testing.T) {
 	probeRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+\d+,\d+\s+[\d.]+\s+[\d.]+x\s+[\d,.]+\s+[\d,.]+\s+[\d,.]+\s+(SMCD|plain)×\d+([ \t]+\S.*×\d+)?[ \t]*$`)
 	assert.Len(t, probeRow.FindAllString(probe, -1), 3, "the connection counts' rows:\n%s", probe)
 	assert.Regexp(t, `(?m)^\s+smcloop\s.*SMCD×2\s*$`, out, "the server saw SMCD")
+	// The waits: a row per workload of smcloop, seven client/server pairs each.
+	_, waits, _ := strings.Cut(out, "\nSMCLOOP WAITS")
+	waitRow := regexp.MustCompile(`(?m)^\s+[A-Za-z0-9-]+\s+smcloop(\s+[\d.]+/[\d.]+){7}\s*$`)
+	assert.Len(t, waitRow.FindAllString(waits, -1), 5, "the waits' rows:\n%s", waits)
 	assert.NotRegexp(t, `(?m)^\s+(smcloop|tcp|unix)\s+failed`, out)
 	assert.Contains(t, out, "\nerrors: none\n")
 }

@@ -39,7 +39,7 @@ func main() {
 		duration   = flag.Duration("duration", time.Second, "measured time per point")
 		warmup     = flag.Duration("warmup", 200*time.Millisecond, "warm-up per point, not measured")
 		rounds     = flag.Int("rounds", 3, "rounds: every workload on every transport once per round")
-		transports = flag.String("transports", strings.Join(allTransports, ","), "transports to compare, comma-separated; smcloop-nospin is also known")
+		transports = flag.String("transports", strings.Join(allTransports, ","), "transports to compare, comma-separated; smcloop-nospin and smcloop-poll are also known")
 		only       = flag.String("workloads", "", "workloads to run, comma-separated (default all)")
 		jsonOut    = flag.String("json", "", "write the raw figures as JSON to this file; - writes them to standard output instead of the table")
 	)

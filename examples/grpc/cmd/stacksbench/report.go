@@ -342,23 +342,11 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 		fmt.Fprintf(tw, "  workload\ttransport\twrites\treads\tsleeps\trings sent\trings suppr.\tpushes\twindow upd.\tDMB KiB\tTCP bytes\t\n")
 		for _, w := range wls {
 			for _, tr := range r.Transports {
-				var rows []*Result
-				for _, res := range r.Results {
-					if res.Workload == w.name && res.Transport == tr && res.ClientSMC != nil && res.Error == "" {
-						rows = append(rows, res)
-					}
-				}
+				rows := smcRows(r, w.name, tr)
 				if len(rows) == 0 {
 					continue
 				}
-				per := func(f func(c *counters) uint64) string {
-					var cv, sv []float64
-					for _, res := range rows {
-						cv = append(cv, float64(f(res.ClientSMC))/float64(res.Ops))
-						sv = append(sv, float64(f(res.ServerSMC))/float64(res.Ops))
-					}
-					return num(median(cv)) + "/" + num(median(sv))
-				}
+				per := perOp(rows)
 				last := rows[len(rows)-1]
 				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t\n", w.name, tr,
 					per(func(c *counters) uint64 { return c.SMCWrites }),
@@ -370,6 +358,32 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 					per(func(c *counters) uint64 { return c.WindowUpdates }),
 					last.ClientSMC.RMBSize>>10, last.ServerSMC.RMBSize>>10,
 					per(func(c *counters) uint64 { return c.TCPBytesSent + c.TCPBytesRecv }))
+			}
+		}
+		tw.Flush()
+
+		fmt.Fprintf(out, "\nSMCLOOP WAITS  how the blocking Reads and Writes ended (ConnStats.ReadWaits + WriteWaits), per operation,\n"+
+			"  client/server, median of rounds: the spin caught the bytes, ran out, or was skipped (the spin backs off after\n"+
+			"  misses); then a short futex sleep caught them or ran out; the rest slept on the doorbell\n\n")
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "  workload\ttransport\twaits\tspin hit\tspin miss\tspin skip\tfutex hit\tfutex miss\tdoorbell\t\n")
+		for _, w := range wls {
+			for _, tr := range r.Transports {
+				rows := smcRows(r, w.name, tr)
+				if len(rows) == 0 {
+					continue
+				}
+				per := perOp(rows)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w.name, tr,
+					per(func(c *counters) uint64 { return c.Waits.Waits }),
+					per(func(c *counters) uint64 { return c.Waits.SpinHits }),
+					per(func(c *counters) uint64 { return c.Waits.SpinMisses }),
+					per(func(c *counters) uint64 { return c.Waits.SpinSkips }),
+					per(func(c *counters) uint64 { return c.Waits.FutexHits }),
+					per(func(c *counters) uint64 { return c.Waits.FutexMisses }),
+					per(func(c *counters) uint64 {
+						return c.Waits.Waits - c.Waits.SpinHits - c.Waits.FutexHits - c.Waits.RecheckHits
+					}))
 			}
 		}
 		tw.Flush()
@@ -475,4 +489,27 @@ func phaseValues(s *Summary) []float64 {
 		v[i] = s.Median[k]
 	}
 	return v
+}
+
+// smcRows are the results of workload w on smcloop transport tr that carry counters.
+func smcRows(r *Report, w, tr string) []*Result {
+	var rows []*Result
+	for _, res := range r.Results {
+		if res.Workload == w && res.Transport == tr && res.ClientSMC != nil && res.Error == "" {
+			rows = append(rows, res)
+		}
+	}
+	return rows
+}
+
+// perOp formats a counter per operation as client/server, each the median of rows.
+func perOp(rows []*Result) func(f func(c *counters) uint64) string {
+	return func(f func(c *counters) uint64) string {
+		var cv, sv []float64
+		for _, res := range rows {
+			cv = append(cv, float64(f(res.ClientSMC))/float64(res.Ops))
+			sv = append(sv, float64(f(res.ServerSMC))/float64(res.Ops))
+		}
+		return num(median(cv)) + "/" + num(median(sv))
+	}
 }

@@ -21,6 +21,7 @@ var transportDocs = map[string]string{
 	"unix":    "Go unix stream socket",
 	// Not run by default: a diagnosis of what the default wait's spinning costs.
 	"smcloop-nospin": "smcloop with Config.BusyPoll -1: every wait sleeps on the doorbell at once (not a default)",
+	"smcloop-poll":   "smcloop with Config.BusyPoll 1ms: every wait spins up to 1 ms before it sleeps (not a default)",
 }
 
 var allTransports = []string{"smcloop", "tcp", "unix"}
@@ -31,6 +32,9 @@ func smc(tr string) bool { return strings.HasPrefix(tr, "smcloop") }
 // noSpin is smcloop-nospin's configuration.
 var noSpin = smcloop.Config{BusyPoll: -1}
 
+// poll is smcloop-poll's configuration.
+var poll = smcloop.Config{BusyPoll: time.Millisecond}
+
 // listen opens a server's listener on transport tr; unix sockets go in dir as name.sock.
 func listen(tr, dir, name string) (net.Listener, error) {
 	switch tr {
@@ -38,6 +42,9 @@ func listen(tr, dir, name string) (net.Listener, error) {
 		return smcloop.Listen("tcp", "127.0.0.1:0")
 	case "smcloop-nospin":
 		lc := smcloop.ListenConfig{Config: noSpin}
+		return lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	case "smcloop-poll":
+		lc := smcloop.ListenConfig{Config: poll}
 		return lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	case "tcp":
 		return net.Listen("tcp", "127.0.0.1:0")
@@ -77,6 +84,9 @@ func (r *recorder) dial(ctx context.Context, _ string) (net.Conn, error) {
 		c, err = smcloop.DialContext(ctx, "tcp", r.addr)
 	case "smcloop-nospin":
 		d := smcloop.Dialer{Config: noSpin}
+		c, err = d.DialConn(ctx, "tcp", r.addr)
+	case "smcloop-poll":
+		d := smcloop.Dialer{Config: poll}
 		c, err = d.DialConn(ctx, "tcp", r.addr)
 	case "tcp":
 		var d net.Dialer
@@ -166,6 +176,7 @@ type counters struct {
 	WindowUpdates     uint64 `json:"window_updates"`
 	RMBSize           int    `json:"rmb_size"`
 	PeerRMBSize       int    `json:"peer_rmb_size"`
+	Waits             waits  `json:"waits"` // reads' and writes' together
 }
 
 func sumCounters(conns []net.Conn) counters {
@@ -192,6 +203,7 @@ func sumCounters(conns []net.Conn) counters {
 		s.WindowUpdates += st.WindowUpdates
 		s.RMBSize = max(s.RMBSize, st.RMBSize)
 		s.PeerRMBSize = max(s.PeerRMBSize, st.PeerRMBSize)
+		s.Waits = s.Waits.add(st.ReadWaits, 1).add(st.WriteWaits, 1)
 	}
 	return s
 }
@@ -199,6 +211,7 @@ func sumCounters(conns []net.Conn) counters {
 // sub returns the counts of c since earlier (the sizes and connections as in c).
 func (c counters) sub(earlier counters) counters {
 	d := c
+	d.Waits = d.Waits.add(earlier.Waits.stats(), -1)
 	d.SMCWrites -= earlier.SMCWrites
 	d.SMCReads -= earlier.SMCReads
 	d.SMCBytesSent -= earlier.SMCBytesSent
@@ -224,3 +237,27 @@ func subModes(now, earlier map[string]int) map[string]int {
 	}
 	return d
 }
+
+// waits is a side's smcloop.WaitStats: how its blocking Reads and Writes ended.
+type waits struct {
+	Waits       uint64 `json:"waits"`
+	SpinHits    uint64 `json:"spin_hits"`
+	SpinMisses  uint64 `json:"spin_misses"`
+	SpinSkips   uint64 `json:"spin_skips"`
+	FutexHits   uint64 `json:"futex_hits"`
+	FutexMisses uint64 `json:"futex_misses"`
+	RecheckHits uint64 `json:"recheck_hits"`
+}
+
+// add returns w + k·o, field by field (k is 1 or -1).
+func (w waits) add(o smcloop.WaitStats, k int) waits {
+	f := func(x, y uint64) uint64 { return uint64(int64(x) + int64(k)*int64(y)) }
+	return waits{
+		Waits: f(w.Waits, o.Waits), SpinHits: f(w.SpinHits, o.SpinHits), SpinMisses: f(w.SpinMisses, o.SpinMisses),
+		SpinSkips: f(w.SpinSkips, o.SpinSkips), FutexHits: f(w.FutexHits, o.FutexHits), FutexMisses: f(w.FutexMisses, o.FutexMisses),
+		RecheckHits: f(w.RecheckHits, o.RecheckHits),
+	}
+}
+
+// stats is w as a smcloop.WaitStats.
+func (w waits) stats() smcloop.WaitStats { return smcloop.WaitStats(w) }
