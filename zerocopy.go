@@ -249,6 +249,7 @@ func (l *Lease) Release(n int) error {
 	if !closed && n > 0 {
 		c.rx.cons = c.rx.cons.Add(c.rx.size, n)
 		c.rxBytes.Add(uint64(n))
+		c.meter.rxSizes.add(n) // as a Read of n bytes
 		pf := c.backend.PeerCons().ProdFlags
 		c.confirm(pf, cdc.Diff(c.rx.size, c.rx.cons, c.rx.peerProd) == 0)
 	}
@@ -341,6 +342,7 @@ func (r *Reservation) Commit(n int) error {
 	err := c.sendable()
 	if err == nil && n > 0 {
 		c.txCalls.Add(1)
+		c.meter.txSizes.add(n) // as a Write of n bytes
 		c.prepared(n)
 		c.tx.moreHeld = false
 		c.flushLocked(true, n, false)

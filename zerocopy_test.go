@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/introspect"
 )
 
 // zcStream sends n pattern bytes from w with Reserve/Commit (random sizes) while r
@@ -265,4 +267,35 @@ func TestZeroCopyConcurrentLookups(t *testing.T) {
 		require.NoError(t, l.Release(len(msg)))
 		<-done
 	}
+}
+
+// TestZeroCopySizes: a Commit counts in the write-size histogram and a Release in the
+// read-size histogram (smcloop stat's tx/rx sizes) as a Write and a Read of their bytes
+// would; a Cancel and an empty Release count nothing.
+func TestZeroCopySizes(t *testing.T) {
+	w, r := pipe(t, Config{}, Config{})
+	res, err := w.Reserve(300)
+	require.NoError(t, err)
+	copy(res.Bytes(), pattern(300, 7))
+	require.NoError(t, res.Commit(300))
+	res, err = w.Reserve(5000)
+	require.NoError(t, err)
+	require.NoError(t, res.Cancel())
+
+	require.NoError(t, r.SetReadDeadline(time.Now().Add(watchdog)))
+	l, err := r.Lease()
+	require.NoError(t, err)
+	require.Equal(t, pattern(300, 7), l.Bytes())
+	require.NoError(t, l.Release(0))
+	l, err = r.Lease()
+	require.NoError(t, err)
+	require.NoError(t, l.Release(300))
+
+	var tx, rx introspect.Hist
+	w.meter.txSizes.addTo(&tx)
+	r.meter.rxSizes.addTo(&rx)
+	var want introspect.Hist
+	want[introspect.Bucket(300)] = 1
+	assert.Equal(t, want, tx, "the writer's sizes")
+	assert.Equal(t, want, rx, "the reader's sizes")
 }

@@ -239,7 +239,8 @@ type Stats struct {
 	BufFullPeer uint64 `json:"buf_full_peer"`
 
 	// RMBSizes and PeerRMBSizes count SMC-D connections by buffer size; TxSizes and
-	// RxSizes count SMC-D writes by requested length and reads by length received.
+	// RxSizes count SMC-D writes by requested length and reads by length received (a
+	// zero-copy Commit or Release as a write or read of its bytes).
 	RMBSizes     Hist `json:"rmb_sizes"`
 	PeerRMBSizes Hist `json:"peer_rmb_sizes"`
 	TxSizes      Hist `json:"tx_sizes"`
