@@ -340,52 +340,38 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 		fmt.Fprintf(out, "\nSMCLOOP COUNTERS  Conn.Stats() per operation over the measured interval, client/server, median of rounds\n\n")
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "  workload\ttransport\twrites\treads\tsleeps\trings sent\trings suppr.\tpushes\twindow upd.\tDMB KiB\tTCP bytes\t\n")
-		for _, w := range wls {
-			for _, tr := range r.Transports {
-				rows := smcRows(r, w.name, tr)
-				if len(rows) == 0 {
-					continue
-				}
-				per := perOp(rows)
-				last := rows[len(rows)-1]
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t\n", w.name, tr,
-					per(func(c *counters) uint64 { return c.SMCWrites }),
-					per(func(c *counters) uint64 { return c.SMCReads }),
-					per(func(c *counters) uint64 { return c.Sleeps }),
-					per(func(c *counters) uint64 { return c.RingsSent }),
-					per(func(c *counters) uint64 { return c.RingsSuppressed }),
-					per(func(c *counters) uint64 { return c.Pushes }),
-					per(func(c *counters) uint64 { return c.WindowUpdates }),
-					last.ClientSMC.RMBSize>>10, last.ServerSMC.RMBSize>>10,
-					per(func(c *counters) uint64 { return c.TCPBytesSent + c.TCPBytesRecv }))
-			}
-		}
+		r.eachSMC(wls, func(w, tr string, rows []*Result) {
+			per := perOp(rows)
+			last := rows[len(rows)-1]
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t\n", w, tr,
+				per(func(c *counters) uint64 { return c.SMCWrites }),
+				per(func(c *counters) uint64 { return c.SMCReads }),
+				per(func(c *counters) uint64 { return c.Sleeps }),
+				per(func(c *counters) uint64 { return c.RingsSent }),
+				per(func(c *counters) uint64 { return c.RingsSuppressed }),
+				per(func(c *counters) uint64 { return c.Pushes }),
+				per(func(c *counters) uint64 { return c.WindowUpdates }),
+				last.ClientSMC.RMBSize>>10, last.ServerSMC.RMBSize>>10,
+				per(func(c *counters) uint64 { return c.TCPBytesSent + c.TCPBytesRecv }))
+		})
 		tw.Flush()
 
 		fmt.Fprintf(out, "\nSMCLOOP WAITS  how the blocking Reads and Writes ended (ConnStats.ReadWaits + WriteWaits), per operation,\n"+
 			"  client/server, median of rounds: the spin caught the bytes, ran out, or was skipped (the spin backs off after\n"+
-			"  misses); then a short futex sleep caught them or ran out; the rest slept on the doorbell\n\n")
+			"  misses); then a short futex sleep caught them or ran out; doorbell = sleeps on the doorbell\n\n")
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "  workload\ttransport\twaits\tspin hit\tspin miss\tspin skip\tfutex hit\tfutex miss\tdoorbell\t\n")
-		for _, w := range wls {
-			for _, tr := range r.Transports {
-				rows := smcRows(r, w.name, tr)
-				if len(rows) == 0 {
-					continue
-				}
-				per := perOp(rows)
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w.name, tr,
-					per(func(c *counters) uint64 { return c.Waits.Waits }),
-					per(func(c *counters) uint64 { return c.Waits.SpinHits }),
-					per(func(c *counters) uint64 { return c.Waits.SpinMisses }),
-					per(func(c *counters) uint64 { return c.Waits.SpinSkips }),
-					per(func(c *counters) uint64 { return c.Waits.FutexHits }),
-					per(func(c *counters) uint64 { return c.Waits.FutexMisses }),
-					per(func(c *counters) uint64 {
-						return c.Waits.Waits - c.Waits.SpinHits - c.Waits.FutexHits - c.Waits.RecheckHits
-					}))
-			}
-		}
+		r.eachSMC(wls, func(w, tr string, rows []*Result) {
+			per := perOp(rows)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w, tr,
+				per(func(c *counters) uint64 { return c.Waits.Waits }),
+				per(func(c *counters) uint64 { return c.Waits.SpinHits }),
+				per(func(c *counters) uint64 { return c.Waits.SpinMisses }),
+				per(func(c *counters) uint64 { return c.Waits.SpinSkips }),
+				per(func(c *counters) uint64 { return c.Waits.FutexHits }),
+				per(func(c *counters) uint64 { return c.Waits.FutexMisses }),
+				per(func(c *counters) uint64 { return c.Sleeps }))
+		})
 		tw.Flush()
 		fmt.Fprintf(out, "\n  handshakes  client: %s; servers: %s\n", r.ClientProcess, r.ServerProcesses)
 	}
@@ -491,15 +477,22 @@ func phaseValues(s *Summary) []float64 {
 	return v
 }
 
-// smcRows are the results of workload w on smcloop transport tr that carry counters.
-func smcRows(r *Report, w, tr string) []*Result {
-	var rows []*Result
-	for _, res := range r.Results {
-		if res.Workload == w && res.Transport == tr && res.ClientSMC != nil && res.Error == "" {
-			rows = append(rows, res)
+// eachSMC calls f for every workload and smcloop transport with the results that carry
+// counters, in the table's order.
+func (r *Report) eachSMC(wls []workload, f func(w, tr string, rows []*Result)) {
+	for _, w := range wls {
+		for _, tr := range r.Transports {
+			var rows []*Result
+			for _, res := range r.Results {
+				if res.Workload == w.name && res.Transport == tr && res.ClientSMC != nil && res.Error == "" {
+					rows = append(rows, res)
+				}
+			}
+			if len(rows) > 0 {
+				f(w.name, tr, rows)
+			}
 		}
 	}
-	return rows
 }
 
 // perOp formats a counter per operation as client/server, each the median of rows.
