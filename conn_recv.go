@@ -271,6 +271,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		return nil
 	}
 	if dl.expired() {
+		ws.deadlines.Add(1)
 		return os.ErrDeadlineExceeded
 	}
 	c.backend.Announce(d)

@@ -1,7 +1,9 @@
 package smcloop
 
 import (
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -53,4 +55,18 @@ func TestSpinnerSeed(t *testing.T) {
 	var next spinner
 	assert.False(t, next.try(), "a spinner seeded with hint 1 spins at its first wait")
 	assert.True(t, next.try(), "a spinner seeded with hint 1 spins at its second wait")
+}
+
+// TestWaitEndedByDeadline: a wait whose deadline passes before it would sleep on the
+// doorbell counts as a deadline, not as a sleep: with a 1 ms spin and a 100 µs deadline,
+// the Read spins, misses, finds its deadline gone and returns; the counters add up to the
+// one wait.
+func TestWaitEndedByDeadline(t *testing.T) {
+	r, _ := pipe(t, Config{BusyPoll: time.Millisecond}, Config{})
+	require.NoError(t, r.SetReadDeadline(time.Now().Add(100*time.Microsecond)))
+	_, err := r.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	st := r.Stats()
+	assert.Equal(t, WaitStats{Waits: 1, SpinMisses: 1, Deadlines: 1}, st.ReadWaits)
+	assert.Zero(t, st.Sleeps, "no doorbell sleep")
 }

@@ -57,24 +57,26 @@ type ConnStats struct {
 // spin-yield, or BusyPoll); SpinMisses spins that ran out; SpinSkips waits that did not
 // spin because recent spins had missed (the adaptive back-off); FutexHits ended by a
 // short sleep on the wake word (futex), FutexMisses short sleeps that ran out;
-// RecheckHits satisfied by the check after announcing the
-// doorbell sleep; the rest slept on the doorbell (ConnStats.Sleeps counts those of both
-// sides).
+// Deadlines ended by a deadline that had passed before the doorbell sleep (as net/http's
+// server ends its background read); RecheckHits satisfied by the check after announcing
+// the doorbell sleep; the rest slept on the doorbell (ConnStats.Sleeps counts those of
+// both sides).
 type WaitStats struct {
-	Waits, SpinHits, SpinMisses, SpinSkips uint64
-	FutexHits, FutexMisses, RecheckHits    uint64
+	Waits, SpinHits, SpinMisses, SpinSkips         uint64
+	FutexHits, FutexMisses, Deadlines, RecheckHits uint64
 }
 
 // waitCounts are a side's WaitStats, counted as they happen.
 type waitCounts struct {
-	waits, spinHits, spinMisses, spinSkips atomic.Uint64
-	futexHits, futexMisses, recheckHits    atomic.Uint64
+	waits, spinHits, spinMisses, spinSkips         atomic.Uint64
+	futexHits, futexMisses, deadlines, recheckHits atomic.Uint64
 }
 
 func (w *waitCounts) snapshot() WaitStats {
 	return WaitStats{
 		Waits: w.waits.Load(), SpinHits: w.spinHits.Load(), SpinMisses: w.spinMisses.Load(), SpinSkips: w.spinSkips.Load(),
-		FutexHits: w.futexHits.Load(), FutexMisses: w.futexMisses.Load(), RecheckHits: w.recheckHits.Load(),
+		FutexHits: w.futexHits.Load(), FutexMisses: w.futexMisses.Load(), Deadlines: w.deadlines.Load(),
+		RecheckHits: w.recheckHits.Load(),
 	}
 }
 

@@ -255,7 +255,7 @@ func smcSendStats(c net.Conn) (bench.SendStats, bool) {
 		SendfileCalls: s.SendfileCalls, Autocorked: s.Autocorked, AutosplitSegments: s.AutosplitSegments,
 		WindowUpdates: s.WindowUpdates, Rings: s.RingsSent, Sleeps: s.Sleeps, DMB: s.RMBSize, PeerDMB: s.PeerRMBSize,
 		ReadWaits: rw.Waits, ReadSpinHits: rw.SpinHits, ReadShortSleeps: rw.FutexHits,
-		ReadDoorbells: rw.Waits - rw.SpinHits - rw.FutexHits - rw.RecheckHits,
+		ReadDoorbells: rw.Waits - rw.SpinHits - rw.FutexHits - rw.Deadlines - rw.RecheckHits,
 	}, true
 }
 

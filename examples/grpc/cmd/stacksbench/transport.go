@@ -246,6 +246,7 @@ type waits struct {
 	SpinSkips   uint64 `json:"spin_skips"`
 	FutexHits   uint64 `json:"futex_hits"`
 	FutexMisses uint64 `json:"futex_misses"`
+	Deadlines   uint64 `json:"deadlines"`
 	RecheckHits uint64 `json:"recheck_hits"`
 }
 
@@ -255,7 +256,7 @@ func (w waits) add(o smcloop.WaitStats, k int) waits {
 	return waits{
 		Waits: f(w.Waits, o.Waits), SpinHits: f(w.SpinHits, o.SpinHits), SpinMisses: f(w.SpinMisses, o.SpinMisses),
 		SpinSkips: f(w.SpinSkips, o.SpinSkips), FutexHits: f(w.FutexHits, o.FutexHits), FutexMisses: f(w.FutexMisses, o.FutexMisses),
-		RecheckHits: f(w.RecheckHits, o.RecheckHits),
+		Deadlines: f(w.Deadlines, o.Deadlines), RecheckHits: f(w.RecheckHits, o.RecheckHits),
 	}
 }
 
