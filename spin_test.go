@@ -58,15 +58,24 @@ func TestSpinnerSeed(t *testing.T) {
 }
 
 // TestWaitEndedByDeadline: a wait whose deadline passes before it would sleep on the
-// doorbell counts as a deadline, not as a sleep: with a 1 ms spin and a 100 µs deadline,
-// the Read spins, misses, finds its deadline gone and returns; the counters add up to the
-// one wait.
+// doorbell counts as a deadline, not as a sleep: with a 250 ms spin and a shorter
+// deadline, the Read spins, misses, finds its deadline gone and returns; the counters add
+// up to the one wait. A Read that finds the deadline passed before it waits at all
+// (preempted for that long) waits for nothing and is tried again with a later deadline.
 func TestWaitEndedByDeadline(t *testing.T) {
-	r, _ := pipe(t, Config{BusyPoll: time.Millisecond}, Config{})
-	require.NoError(t, r.SetReadDeadline(time.Now().Add(100*time.Microsecond)))
-	_, err := r.Read(make([]byte, 1))
-	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
-	st := r.Stats()
-	assert.Equal(t, WaitStats{Waits: 1, SpinMisses: 1, Deadlines: 1}, st.ReadWaits)
-	assert.Zero(t, st.Sleeps, "no doorbell sleep")
+	r, _ := pipe(t, Config{BusyPoll: 250 * time.Millisecond}, Config{})
+	for _, d := range []time.Duration{2 * time.Millisecond, 20 * time.Millisecond, 100 * time.Millisecond} {
+		before := r.Stats()
+		require.NoError(t, r.SetReadDeadline(time.Now().Add(d)))
+		_, err := r.Read(make([]byte, 1))
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		st := r.Stats()
+		if st.ReadWaits.Waits == before.ReadWaits.Waits {
+			continue // the deadline passed before the Read began to wait
+		}
+		assert.Equal(t, WaitStats{Waits: 1, SpinMisses: 1, Deadlines: 1}, st.ReadWaits)
+		assert.Zero(t, st.Sleeps, "no doorbell sleep")
+		return
+	}
+	t.Fatal("every Read found its deadline passed before it waited")
 }
