@@ -13,8 +13,8 @@ func (g *LinkGroup) SweepIdle() {
 	g.sweepIdle()
 }
 
-// SetIdleSweep makes t's groups sweep every d and call swept after each sweep. Call it
-// before any buffer of t's groups goes idle.
-func (t *Groups) SetIdleSweep(d time.Duration, swept func(*LinkGroup)) {
+// SetIdleSweep makes t's groups sweep every d and call swept after each sweep with the
+// number of local DMBs it released. Call it before any buffer of t's groups goes idle.
+func (t *Groups) SetIdleSweep(d time.Duration, swept func(g *LinkGroup, released int)) {
 	t.sweepEvery, t.swept = d, swept
 }

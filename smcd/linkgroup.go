@@ -328,7 +328,7 @@ func (g *LinkGroup) sweepIdle() {
 	g.mu.Unlock()
 	g.release(local, remote)
 	if g.table.swept != nil {
-		g.table.swept(g)
+		g.table.swept(g, len(local))
 	}
 }
 
@@ -460,8 +460,8 @@ type Groups struct {
 	mu     sync.Mutex
 	groups map[groupKey]*LinkGroup
 
-	sweepEvery time.Duration    // IdleSweep; tests shorten it
-	swept      func(*LinkGroup) // test hook: called after each idle sweep
+	sweepEvery time.Duration         // IdleSweep; tests shorten it
+	swept      func(*LinkGroup, int) // test hook: called after each idle sweep with the local DMBs it released
 }
 
 type groupKey struct {
