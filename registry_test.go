@@ -158,19 +158,22 @@ func TestRegistryHoldsConnsWeakly(t *testing.T) {
 	plain, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer plain.Close()
+	// The connection is listed while it is reachable (checked before it is dropped: a
+	// GC running meanwhile, as under the race detector, may collect it at once after).
 	dialAndDrop := func() (net.Addr, *regEntry) {
 		f, err := Dial("tcp", plain.Addr().String())
 		require.NoError(t, err)
 		require.NotNil(t, f.meter.entry)
+		_, ok := findConn(connInfos(), f.LocalAddr())
+		require.True(t, ok, "the connection is listed")
+		runtime.KeepAlive(f)
 		return f.LocalAddr(), f.meter.entry
 	}
 	local, e := dialAndDrop()
-	_, ok := findConn(connInfos(), local)
-	require.True(t, ok)
 	for i := 0; i < 100 && e.conn.Value() != nil; i++ {
 		runtime.GC()
 	}
 	require.Nil(t, e.conn.Value(), "the dropped connection is still reachable")
-	_, ok = findConn(connInfos(), local)
+	_, ok := findConn(connInfos(), local)
 	assert.False(t, ok)
 }
