@@ -18,3 +18,7 @@ func (g *LinkGroup) SweepIdle() {
 func (t *Groups) SetIdleSweep(d time.Duration, swept func(g *LinkGroup, released int)) {
 	t.sweepEvery, t.swept = d, swept
 }
+
+// Retire marks g dead and releases what is idle, as Terminate does first, but leaves it
+// in its table: the state Terminate's callers see while it releases the group's buffers.
+func (g *LinkGroup) Retire() { g.retire() }

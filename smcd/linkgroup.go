@@ -69,6 +69,10 @@ type LinkGroup struct {
 	role Role
 	id   [4]byte
 
+	// retired is dead, readable without mu: FindOrCreate, under the table's lock, skips a
+	// group that is terminating (retire runs before Terminate takes it off the table).
+	retired atomic.Bool
+
 	mu        sync.Mutex
 	dead      bool
 	free      map[int][]idleDMB     // idle local DMBs by size, the peer done with them
@@ -426,6 +430,7 @@ func (g *LinkGroup) retire() bool {
 		return false
 	}
 	g.dead = true
+	g.retired.Store(true)
 	// The peer may still write into DMBs of ours it mapped: their slots must never go
 	// to another connection.
 	g.dev.RetirePool(g.peer, g.pool)
@@ -546,7 +551,9 @@ func (t *Groups) Create(peer ism.GID, role Role, id [4]byte) (*LinkGroup, error)
 
 func (t *Groups) create(peer ism.GID, role Role, id [4]byte, reuse bool) (*LinkGroup, bool, error) {
 	k := groupKey{peer, role}
-	matches := func(g *LinkGroup) bool { return g != nil && (id == [4]byte{} || g.id == id) }
+	matches := func(g *LinkGroup) bool {
+		return g != nil && !g.retired.Load() && (id == [4]byte{} || g.id == id)
+	}
 	if reuse {
 		t.mu.Lock()
 		g := t.groups[k]

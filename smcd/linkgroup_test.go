@@ -797,3 +797,27 @@ func TestGroupsForIsOnePerDevice(t *testing.T) {
 	assert.Same(t, g, smcd.GroupsFor(devA).Find(devB.GID(), smcd.RoleClient))
 	assert.Nil(t, tB.Find(devA.GID(), smcd.RoleServer))
 }
+
+// TestFindOrCreateSkipsTerminating: a group that Terminate has retired but not yet taken
+// off its table (it unregisters the idle DMBs in between, which can take a while) is not
+// handed to a new connection, whose GetDMB would fail (the handshake declined with MEM):
+// FindOrCreate makes a new group in its place, and Terminate's removal then leaves that one.
+func TestFindOrCreateSkipsTerminating(t *testing.T) {
+	a, b := openDevice(t, ism.Config{}), openDevice(t, ism.Config{})
+	tab := smcd.NewGroups(a)
+	for _, role := range []smcd.Role{smcd.RoleServer, smcd.RoleClient} {
+		old, _, err := tab.FindOrCreate(b.GID(), role, [4]byte{7})
+		require.NoError(t, err)
+		old.Retire()
+		g, created, err := tab.FindOrCreate(b.GID(), role, [4]byte{7})
+		require.NoError(t, err)
+		assert.True(t, created, "%v: a new group in place of the terminating one", role)
+		require.NotSame(t, old, g, "%v", role)
+		m, _, err := g.GetDMB(ism.MinDMBSize, false)
+		require.NoError(t, err, "%v: the new group gives out DMBs", role)
+		g.PutDMB(m, true)
+		old.Terminate(false)
+		assert.Same(t, g, tab.Find(b.GID(), role), "%v: the old group's removal leaves the new one", role)
+		g.Terminate(false)
+	}
+}
