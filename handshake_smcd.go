@@ -3,6 +3,7 @@ package smcloop
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/clc"
@@ -65,6 +66,31 @@ func (h *handshake) establishedISM() (*Conn, error) {
 	return h.established(l), nil
 }
 
+// joinGroup finds or starts the link group with peer in role (id: the server's, or zero
+// on the server) and gets the connection's DMB from it. A group that is terminated between
+// the two steps (its peer died, or it broke the protocol) gives out no DMB: then a new
+// group is found or started once more, rather than declining with MEM.
+func (h *handshake) joinGroup(peer ism.GID, role smcd.Role, id [4]byte) (first bool, code uint32) {
+	s := &h.ism
+	for try := 0; ; try++ {
+		var err error
+		if s.group, first, err = smcd.GroupsFor(h.cfg.device).FindOrCreate(peer, role, id); err != nil {
+			return false, clc.DeclIntErr
+		}
+		if hook := groupJoined.Load(); hook != nil {
+			(*hook)(s.group)
+		}
+		code = h.registerDMB()
+		if code == 0 || try > 0 || !s.group.Terminated() {
+			return first, code
+		}
+	}
+}
+
+// groupJoined, when set (by tests), is called with the link group a handshake found or
+// started, before it asks the group for a DMB.
+var groupJoined atomic.Pointer[func(*smcd.LinkGroup)]
+
 // registerDMB gets the local receive buffer from the link group (reused or newly
 // registered), mapping a refusal to the kernel's decline code.
 func (h *handshake) registerDMB() (code uint32) {
@@ -106,14 +132,11 @@ func (h *handshake) connectISM(acc *clc.AcceptConfirm) (*Conn, error) {
 	// ours with the same server may see its Accept first (the kernel serialises client
 	// first contacts instead). A different id than a group we already have means the
 	// server started a new group: the new one replaces ours.
-	var err error
-	if s.group, _, err = smcd.GroupsFor(dev).FindOrCreate(peer, smcd.RoleClient, acc.LinkID); err != nil {
-		return h.decline(clc.DeclIntErr)
-	}
-	if code := h.registerDMB(); code != 0 {
+	if _, code := h.joinGroup(peer, smcd.RoleClient, acc.LinkID); code != 0 {
 		return h.decline(code)
 	}
 	s.peerSize = cdc.UncompressSize(acc.DMBESize)
+	var err error
 	if s.remote, err = s.group.Attach(acc.Token, s.peerSize); err != nil {
 		return h.decline(clc.DeclMem)
 	}
@@ -161,12 +184,8 @@ func (h *handshake) listenISM(prop *clc.Proposal) (*Conn, error) {
 		return h.decline(code)
 	}
 	s, dev := &h.ism, h.cfg.device
-	var first bool
-	var err error
-	if s.group, first, err = smcd.GroupsFor(dev).FindOrCreate(peer, smcd.RoleServer, [4]byte{}); err != nil {
-		return h.decline(clc.DeclIntErr)
-	}
-	if code := h.registerDMB(); code != 0 {
+	first, code := h.joinGroup(peer, smcd.RoleServer, [4]byte{})
+	if code != 0 {
 		return h.decline(code)
 	}
 	// Room for attaching the client's DMB after its Confirm, when we can no longer

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -439,4 +440,32 @@ func TestServerDMBLingersAfterFailedAccept(t *testing.T) {
 		t.Fatalf("the server gave the next connection DMB %#x, whose token the failed handshake's client holds", tok)
 	}
 	exchange(t, a, b)
+}
+
+// TestHandshakeGroupTerminatedMeanwhile: the link group a handshake found is terminated
+// before it gives the connection a DMB (its peer died, or it broke the protocol): the
+// handshake starts a new group and the connection is SMC-D, not a fallback with MEM.
+func TestHandshakeGroupTerminatedMeanwhile(t *testing.T) {
+	var calls atomic.Int32
+	hook := func(g *smcd.LinkGroup) {
+		if calls.Add(1) == 1 {
+			g.Terminate(false)
+		}
+	}
+	groupJoined.Store(&hook)
+	t.Cleanup(func() { groupJoined.Store(nil) })
+	c, s := pipe(t, Config{}, Config{})
+	defer c.Close()
+	defer s.Close()
+	require.True(t, c.UsingSMC(), "client: %s", c.Mode())
+	require.True(t, s.UsingSMC(), "server: %s", s.Mode())
+	assert.EqualValues(t, 3, calls.Load(), "the server's lookup twice (its first group was terminated), the client's once")
+
+	want := pattern(100_000, 9)
+	go func() { _, _ = c.Write(want) }()
+	got := make([]byte, len(want))
+	require.NoError(t, s.SetReadDeadline(time.Now().Add(watchdog)))
+	_, err := io.ReadFull(s, got)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
 }

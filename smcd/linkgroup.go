@@ -421,6 +421,10 @@ func shutdownInfo(id [4]byte, role Role) uint64 {
 	return uint64(binary.BigEndian.Uint32(id[:])) | uint64(role)<<32
 }
 
+// Terminated reports whether the group has been terminated (or replaced): it gives out no
+// more buffers, and a new connection needs a new group.
+func (g *LinkGroup) Terminated() bool { return g.retired.Load() }
+
 // retire marks the group dead and releases everything idle; it reports whether the group
 // was alive.
 func (g *LinkGroup) retire() bool {
