@@ -69,12 +69,12 @@ type LinkGroup struct {
 	role Role
 	id   [4]byte
 
-	// retired is dead, readable without mu: FindOrCreate, under the table's lock, skips a
-	// group that is terminating (retire runs before Terminate takes it off the table).
-	retired atomic.Bool
+	// dead is set once, by retire under mu; FindOrCreate reads it without mu, under the
+	// table's lock, to skip a group that is terminating (retire runs before Terminate
+	// takes it off the table).
+	dead atomic.Bool
 
 	mu        sync.Mutex
-	dead      bool
 	free      map[int][]idleDMB     // idle local DMBs by size, the peer done with them
 	lingering []idleDMB             // released by us; reusable once the peer's close flag arrives
 	remotes   map[uint64]*remoteDMB // peer DMBs by token
@@ -139,7 +139,7 @@ func (g *LinkGroup) getDMB(size int, elastic bool) (m *ism.DMB, reused, down boo
 		register = g.dev.RegisterElasticDMB
 	}
 	g.mu.Lock()
-	if g.dead {
+	if g.dead.Load() {
 		g.mu.Unlock()
 		return nil, false, false, errLinkGroupDead
 	}
@@ -242,7 +242,7 @@ func (g *LinkGroup) PutDMB(m *ism.DMB, peerDone bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
-	case g.dead:
+	case g.dead.Load():
 		g.dev.UnregisterDMB(m)
 	case peerDone || peerFinished(m):
 		g.free[m.Size()] = append(g.free[m.Size()], idleDMB{m, g.gen})
@@ -257,7 +257,7 @@ func (g *LinkGroup) PutDMB(m *ism.DMB, peerDone bool) {
 // the peer reuses the buffer.
 func (g *LinkGroup) Attach(token uint64, size int) (*ism.RemoteDMB, error) {
 	g.mu.Lock()
-	if g.dead {
+	if g.dead.Load() {
 		g.mu.Unlock()
 		return nil, errLinkGroupDead
 	}
@@ -281,7 +281,7 @@ func (g *LinkGroup) Attach(token uint64, size int) (*ism.RemoteDMB, error) {
 			old.r.Detach()
 		}
 	}
-	if g.dead {
+	if g.dead.Load() {
 		r.Detach()
 		return nil, errLinkGroupDead
 	}
@@ -298,7 +298,7 @@ func (g *LinkGroup) Release(r *ism.RemoteDMB) {
 		r.Detach()
 		return
 	}
-	if g.dead {
+	if g.dead.Load() {
 		delete(g.remotes, r.Token())
 		r.Detach()
 		return
@@ -320,7 +320,7 @@ func (g *LinkGroup) armSweepLocked() {
 func (g *LinkGroup) sweepIdle() {
 	g.mu.Lock()
 	g.sweep = nil
-	if g.dead {
+	if g.dead.Load() {
 		g.mu.Unlock()
 		return
 	}
@@ -423,18 +423,17 @@ func shutdownInfo(id [4]byte, role Role) uint64 {
 
 // Terminated reports whether the group has been terminated (or replaced): it gives out no
 // more buffers, and a new connection needs a new group.
-func (g *LinkGroup) Terminated() bool { return g.retired.Load() }
+func (g *LinkGroup) Terminated() bool { return g.dead.Load() }
 
 // retire marks the group dead and releases everything idle; it reports whether the group
 // was alive.
 func (g *LinkGroup) retire() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.dead {
+	if g.dead.Load() {
 		return false
 	}
-	g.dead = true
-	g.retired.Store(true)
+	g.dead.Store(true)
 	// The peer may still write into DMBs of ours it mapped: their slots must never go
 	// to another connection.
 	g.dev.RetirePool(g.peer, g.pool)
@@ -556,7 +555,7 @@ func (t *Groups) Create(peer ism.GID, role Role, id [4]byte) (*LinkGroup, error)
 func (t *Groups) create(peer ism.GID, role Role, id [4]byte, reuse bool) (*LinkGroup, bool, error) {
 	k := groupKey{peer, role}
 	matches := func(g *LinkGroup) bool {
-		return g != nil && !g.retired.Load() && (id == [4]byte{} || g.id == id)
+		return g != nil && !g.dead.Load() && (id == [4]byte{} || g.id == id)
 	}
 	if reuse {
 		t.mu.Lock()
@@ -613,7 +612,7 @@ func (t *Groups) releaseIdle() int {
 	for _, g := range groups {
 		g.mu.Lock()
 		var local []*ism.DMB
-		if !g.dead {
+		if !g.dead.Load() {
 			local, _ = g.takeIdleLocked(math.MaxUint64, false)
 		}
 		g.mu.Unlock()

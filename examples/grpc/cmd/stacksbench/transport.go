@@ -203,7 +203,7 @@ func sumCounters(conns []net.Conn) counters {
 		s.WindowUpdates += st.WindowUpdates
 		s.RMBSize = max(s.RMBSize, st.RMBSize)
 		s.PeerRMBSize = max(s.PeerRMBSize, st.PeerRMBSize)
-		s.Waits = s.Waits.add(st.ReadWaits, 1).add(st.WriteWaits, 1)
+		s.Waits = s.Waits.add(st.ReadWaits, false).add(st.WriteWaits, false)
 	}
 	return s
 }
@@ -211,7 +211,7 @@ func sumCounters(conns []net.Conn) counters {
 // sub returns the counts of c since earlier (the sizes and connections as in c).
 func (c counters) sub(earlier counters) counters {
 	d := c
-	d.Waits = d.Waits.add(earlier.Waits.stats(), -1)
+	d.Waits = d.Waits.add(earlier.Waits.stats(), true)
 	d.SMCWrites -= earlier.SMCWrites
 	d.SMCReads -= earlier.SMCReads
 	d.SMCBytesSent -= earlier.SMCBytesSent
@@ -250,9 +250,14 @@ type waits struct {
 	RecheckHits uint64 `json:"recheck_hits"`
 }
 
-// add returns w + k·o, field by field (k is 1 or -1).
-func (w waits) add(o smcloop.WaitStats, k int) waits {
-	f := func(x, y uint64) uint64 { return uint64(int64(x) + int64(k)*int64(y)) }
+// add returns w + o, or w - o with minus, field by field.
+func (w waits) add(o smcloop.WaitStats, minus bool) waits {
+	f := func(x, y uint64) uint64 {
+		if minus {
+			return x - y
+		}
+		return x + y
+	}
 	return waits{
 		Waits: f(w.Waits, o.Waits), SpinHits: f(w.SpinHits, o.SpinHits), SpinMisses: f(w.SpinMisses, o.SpinMisses),
 		SpinSkips: f(w.SpinSkips, o.SpinSkips), FutexHits: f(w.FutexHits, o.FutexHits), FutexMisses: f(w.FutexMisses, o.FutexMisses),
