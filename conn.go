@@ -41,6 +41,7 @@ type Conn struct {
 	live liveState // the liveness watch (liveness.go)
 	zc   zeroCopy  // the outstanding lease and reservation (zerocopy.go)
 
+	ownPeer  bool        // the peer is always smcloop (datapath.OwnPeer): cdc.Writing is used
 	closed   atomic.Bool // Close called
 	peerGone atomic.Bool // liveness channel lost
 	fault    faultState  // a local protocol violation (abort)
@@ -134,6 +135,7 @@ func newBackendConn(tcp *countingConn, cfg *settings, b datapath.Backend, server
 		server: server,
 	}
 	c.ctl.state = StateActive
+	_, c.ownPeer = b.(datapath.OwnPeer)
 	c.rx.size, c.tx.size = len(b.RxRing()), len(b.TxBuf())
 	c.initWindow()
 	return c

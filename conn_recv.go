@@ -219,6 +219,12 @@ func (c *Conn) rxReady() bool {
 	return c.backend.PeerCons().ConnFlags&peerStopFlags != 0 || c.peerGone.Load() || c.closed.Load() || c.fault.aborted.Load() || c.rx.shut.Load()
 }
 
+// peerWriting reports whether an smcloop peer announces that it is in the middle of one
+// write (cdc.Writing): its next segment needs no wait of its own.
+func (c *Conn) peerWriting() bool {
+	return c.ownPeer && c.backend.PeerCons().ProdFlags&cdc.Writing != 0
+}
+
 // waitFor blocks the reader or the writer (d) until ready() may have
 // become true, the deadline passes or the connection is woken locally. It tries, in
 // order, what costs least for the wait at hand:
@@ -227,7 +233,9 @@ func (c *Conn) rxReady() bool {
 //     up to yieldSpin while yielding the CPU between checks (sched_yield), so that a peer
 //     woken onto this very CPU runs at once. The spin adapts (spinner): a wait that the
 //     spin did not satisfy makes the next waits skip it, exponentially, so a connection
-//     whose waits are long soon costs no CPU spinning. A negative BusyPoll disables it.
+//     whose waits are long soon costs no CPU spinning; but a reader whose smcloop peer is
+//     between the segments of one write (cdc.Writing) spins regardless. A negative
+//     BusyPoll disables it.
 //  2. A short sleep on the wake word (shortSleep, futex), when no other goroutine of the
 //     process is running or runnable: the peer's next cursor update wakes it with one
 //     system call and no dispatcher, for waits up to shortSleepSpan (a bulk transfer's
@@ -256,6 +264,15 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		}
 		ws.spinMisses.Add(1)
 	case c.cfg.noSpin:
+	case d == datapath.Reader && c.peerWriting():
+		// The peer is between the segments of one write: the next is a copy away, so
+		// spin whatever the spinner says, and leave its back-off (set by waits for
+		// answers, which are long) as it is.
+		if spinYield(ready) {
+			ws.spinHits.Add(1)
+			return nil
+		}
+		ws.spinMisses.Add(1)
 	case sp.try():
 		if spinYield(ready) {
 			sp.hit()

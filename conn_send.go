@@ -195,6 +195,7 @@ func (c *Conn) send(b []byte, more bool) (int, error) {
 	c.tx.window.starved = false // a new call tries to grow again
 	split := splitSize(len(b), c.cfg.autosplit)
 	total, segment := 0, 0
+	defer c.setProdFlag(cdc.Writing, false) // after an error (no-op once cleared below)
 	for len(b) > 0 {
 		if err := c.sendable(); err != nil {
 			return total, err
@@ -213,10 +214,16 @@ func (c *Conn) send(b []byte, more bool) (int, error) {
 		}
 		c.copyIn(b[:n])
 		b, total, segment = b[n:], total+n, segment+n
-		if len(b) > 0 && c.flushLocked(false, segment, split > 0) {
-			segment = 0
+		if len(b) > 0 {
+			if c.ownPeer {
+				c.setProdFlag(cdc.Writing, true) // published before the segment's cursor
+			}
+			if c.flushLocked(false, segment, split > 0) {
+				segment = 0
+			}
 		}
 	}
+	c.setProdFlag(cdc.Writing, false) // cleared before the last segment's cursor
 	if err := c.sendable(); err != nil && total == 0 {
 		return 0, err
 	}

@@ -37,7 +37,7 @@ func TestLayoutOffsets(t *testing.T) {
 	assert.Equal(t, int(unsafe.Offsetof(m.cons)), cdc.OffCons, "OffCons")
 	assert.Equal(t, int(unsafe.Offsetof(m.res3)), cdc.OffWake, "OffWake")
 	assert.Equal(t, [...]int{32, 0xFE, 0, 8, 16, 24}, [...]int{cdc.AreaSize, cdc.MsgType, cdc.OffType, cdc.OffProd, cdc.OffCons, cdc.OffWake}, "layout constants")
-	assert.Equal(t, [...]cdc.ProdFlags{0x80, 0x40, 0x20, 0x10, 0x08, 0x07}, [...]cdc.ProdFlags{cdc.WriteBlocked, cdc.UrgDataPending, cdc.UrgDataPresent, cdc.ConsCursUpdReq, cdc.FailoverValidation, cdc.ProdFlagsReserved}, "producer flags")
+	assert.Equal(t, [...]cdc.ProdFlags{0x80, 0x40, 0x20, 0x10, 0x08, 0x04, 0x03}, [...]cdc.ProdFlags{cdc.WriteBlocked, cdc.UrgDataPending, cdc.UrgDataPresent, cdc.ConsCursUpdReq, cdc.FailoverValidation, cdc.Writing, cdc.ProdFlagsReserved}, "producer flags")
 	assert.Equal(t, [...]cdc.ConnFlags{0x80, 0x40, 0x20, 0x1F}, [...]cdc.ConnFlags{cdc.PeerDoneWriting, cdc.PeerConnClosed, cdc.PeerConnAbort, cdc.ConnFlagsReserved}, "connection flags")
 	assert.Equal(t, [...]uint64{1, 2}, [...]uint64{cdc.WakeReader, cdc.WakeWriter}, "wake bits")
 }
@@ -194,8 +194,9 @@ func TestAreaConcurrent(t *testing.T) {
 func TestFlagsString(t *testing.T) {
 	assert.Equal(t, "0", cdc.ProdFlags(0).String(), "ProdFlags(0)")
 	assert.Equal(t, "write_blocked|cons_curs_upd_req", (cdc.WriteBlocked | cdc.ConsCursUpdReq).String(), "ProdFlags")
-	assert.Equal(t, "write_blocked|urg_data_pending|urg_data_present|cons_curs_upd_req|failover_validation|0x7", cdc.ProdFlags(0xFF).String(), "ProdFlags(0xFF)")
-	assert.Equal(t, "0x5", cdc.ProdFlags(0x05).String(), "ProdFlags(0x05)")
+	assert.Equal(t, "write_blocked|urg_data_pending|urg_data_present|cons_curs_upd_req|failover_validation|writing|0x3", cdc.ProdFlags(0xFF).String(), "ProdFlags(0xFF)")
+	assert.Equal(t, "writing|0x1", cdc.ProdFlags(0x05).String(), "ProdFlags(0x05)")
+	assert.Equal(t, "0x3", cdc.ProdFlags(0x03).String(), "ProdFlags(0x03)")
 	assert.Equal(t, "0", cdc.ConnFlags(0).String(), "ConnFlags(0)")
 	assert.Equal(t, "peer_conn_abort", cdc.PeerConnAbort.String(), "PeerConnAbort")
 	assert.Equal(t, "peer_done_writing|peer_conn_closed|peer_conn_abort|0x1f", cdc.ConnFlags(0xFF).String(), "ConnFlags(0xFF)")

@@ -64,7 +64,13 @@ const (
 	ConsCursUpdReq     ProdFlags = 0x10 // peer asks for a consumer cursor update
 	FailoverValidation ProdFlags = 0x08 // SMC-R replay after link failover
 
-	ProdFlagsReserved ProdFlags = 0x07
+	// Writing is smcloop's own, in a bit the kernel leaves reserved, and only between
+	// smcloop processes over SMC-D (whose DMBs no kernel can map): the writer is in the
+	// middle of one write and publishes its next segment without waiting for anything,
+	// so a reader that runs dry waits by spinning, not by sleeping.
+	Writing ProdFlags = 0x04
+
+	ProdFlagsReserved ProdFlags = 0x03 // reserved in the kernel's protocol and in ours
 )
 
 // ConnFlags is struct smc_cdc_conn_state_flags (SMC-REFERENCE §3.3), carried
@@ -91,6 +97,7 @@ var prodFlagNames = [...]flagName{
 	{uint8(UrgDataPresent), "urg_data_present"},
 	{uint8(ConsCursUpdReq), "cons_curs_upd_req"},
 	{uint8(FailoverValidation), "failover_validation"},
+	{uint8(Writing), "writing"},
 }
 
 var connFlagNames = [...]flagName{

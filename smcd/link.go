@@ -94,6 +94,9 @@ func New(g *LinkGroup, rx *ism.DMB, tx *ism.RemoteDMB, copyMode bool) (*Link, er
 // Name is the backend's name in smcss's Mode column.
 func (l *Link) Name() string { return "SMCD" }
 
+// OwnPeer marks the SMC-D peer as always an smcloop process (datapath.OwnPeer).
+func (l *Link) OwnPeer() {}
+
 // Start writes the CDC message type into the peer's CDC area before any cursor, as every
 // SMC-D CDC message carries it.
 func (l *Link) Start() { l.txA.SetType() }

@@ -185,6 +185,14 @@ type Failure interface {
 	Failure() error
 }
 
+// OwnPeer is implemented by a backend whose peer is always an smcloop process (SMC-D: no
+// kernel can map our DMBs), so the core may publish and honour producer flags that the
+// kernel's protocol leaves reserved (cdc.Writing). A backend that may face a kernel peer
+// (SMC-R) does not implement it.
+type OwnPeer interface {
+	OwnPeer()
+}
+
 // Settler is implemented by a backend whose peer's publications arrive asynchronously
 // (SMC-R: CDC messages a goroutine takes from a completion queue). The core calls Settle
 // when the liveness channel closes, before it looks for the peer's close flag: the peer
