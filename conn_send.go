@@ -126,6 +126,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	}
 	c.tx.window.starved = false // a new call tries to grow again
 	var total int64
+	defer c.setProdFlag(cdc.Writing, false) // after an error (no-op once cleared below)
 	for {
 		if err := c.sendable(); err != nil {
 			return total, err
@@ -154,6 +155,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		}
 		if rerr != nil {
 			// The last piece: publish as a write's end would.
+			c.setProdFlag(cdc.Writing, false)
 			c.flushLocked(true, 0, false)
 			if rerr == io.EOF {
 				return total, nil
@@ -161,9 +163,13 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			return total, rerr
 		}
 		// A file's pieces but the last are corked (MSG_SENDPAGE_NOTLAST): the rest is
-		// already there to read. Any other reader (a socket, a pipe) may make us wait for
+		// already there to read, so to an smcloop peer the transfer is one write in
+		// progress (cdc.Writing). Any other reader (a socket, a pipe) may make us wait for
 		// its next bytes, so each piece goes out as a write would. A full send space
 		// pushes in any case.
+		if file && c.ownPeer {
+			c.setProdFlag(cdc.Writing, true)
+		}
 		c.flushLocked(!file, 0, false)
 	}
 }

@@ -3,6 +3,8 @@ package smcloop
 import (
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,10 +38,10 @@ func publishedProdFlags(c *Conn) cdc.ProdFlags {
 	return c.ctl.msg.ProdFlags
 }
 
-// A write of several segments announces cdc.Writing from its first segment until just
-// before its last, and only to an smcloop peer (SMC-D): SMC-R, which may face a kernel,
-// never sets the reserved bit. The writer is caught in the middle of its write by a full
-// ring, and every byte arrives.
+// A write of several segments, and a sendfile (ReadFrom of a real file), announce
+// cdc.Writing from the first segment until just before the last, and only to an smcloop
+// peer (SMC-D): SMC-R, which may face a kernel, never sets the reserved bit. The writer is
+// caught in the middle by a full ring, and every byte arrives.
 func TestWritingFlag(t *testing.T) {
 	cfg := Config{RMem: 64 << 10}
 	for _, b := range []struct {
@@ -52,39 +54,56 @@ func TestWritingFlag(t *testing.T) {
 		{"smcd", func(t testing.TB) (*Conn, *Conn) { return pipe(t, cfg, cfg) }, true},
 		{"smcr-fake", func(t testing.TB) (*Conn, *Conn) { return smcrPipe(t, cfg, cfg) }, false},
 	} {
-		t.Run(b.name, func(t *testing.T) {
-			client, server := b.pipe(t)
-			defer client.Close()
-			defer server.Close()
-			require.True(t, client.UsingSMC())
-			assert.Equal(t, b.own, client.ownPeer)
+		for _, op := range []string{"write", "sendfile"} {
+			t.Run(b.name+"/"+op, func(t *testing.T) {
+				client, server := b.pipe(t)
+				defer client.Close()
+				defer server.Close()
+				require.True(t, client.UsingSMC())
+				assert.Equal(t, b.own, client.ownPeer)
 
-			msg := make([]byte, 4*client.tx.size+12345)
-			for i := range msg {
-				msg[i] = byte(i*7 + i>>9)
-			}
-			wr := goWrite(client, msg)
-			awaitSleep(t, client, datapath.Writer) // the ring is full, the write goes on
-			if b.own {
-				assert.Equal(t, cdc.Writing, publishedProdFlags(client)&cdc.Writing, "published mid-write")
-				assert.True(t, server.peerWriting(), "seen by the reader")
-			} else {
-				assert.Zero(t, publishedProdFlags(client)&cdc.Writing, "published mid-write")
-				assert.False(t, server.peerWriting())
-			}
+				msg := make([]byte, 4*client.tx.size+12345)
+				for i := range msg {
+					msg[i] = byte(i*7 + i>>9)
+				}
+				var wr <-chan result
+				if op == "write" {
+					wr = goWrite(client, msg)
+				} else {
+					path := filepath.Join(t.TempDir(), "body")
+					require.NoError(t, os.WriteFile(path, msg, 0o600))
+					f, err := os.Open(path)
+					require.NoError(t, err)
+					defer f.Close()
+					ch := make(chan result, 1)
+					go func() {
+						n, err := client.ReadFrom(f)
+						ch <- result{int(n), err}
+					}()
+					wr = ch
+				}
+				awaitSleep(t, client, datapath.Writer) // the ring is full, the transfer goes on
+				if b.own {
+					assert.Equal(t, cdc.Writing, publishedProdFlags(client)&cdc.Writing, "published mid-transfer")
+					assert.True(t, server.peerWriting(), "seen by the reader")
+				} else {
+					assert.Zero(t, publishedProdFlags(client)&cdc.Writing, "published mid-transfer")
+					assert.False(t, server.peerWriting())
+				}
 
-			got := make([]byte, len(msg))
-			_, err := io.ReadFull(server, got)
-			require.NoError(t, err)
-			r := await(t, wr, "the write")
-			require.NoError(t, r.err)
-			assert.Equal(t, len(msg), r.n)
-			assert.True(t, bytes.Equal(msg, got), "bytes differ")
-			assert.Zero(t, publishedProdFlags(client)&cdc.Writing, "cleared when the write ends")
-			if b.own {
-				assert.False(t, server.peerWriting())
-			}
-		})
+				got := make([]byte, len(msg))
+				_, err := io.ReadFull(server, got)
+				require.NoError(t, err)
+				r := await(t, wr, op)
+				require.NoError(t, r.err)
+				assert.Equal(t, len(msg), r.n)
+				assert.True(t, bytes.Equal(msg, got), "bytes differ")
+				assert.Zero(t, publishedProdFlags(client)&cdc.Writing, "cleared when the transfer ends")
+				if b.own {
+					assert.False(t, server.peerWriting())
+				}
+			})
+		}
 	}
 }
 
