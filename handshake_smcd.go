@@ -69,10 +69,13 @@ func (h *handshake) establishedISM() (*Conn, error) {
 // joinGroup finds or starts the link group with peer in role (id: the server's, or zero
 // on the server) and gets the connection's DMB from it. A group that is terminated between
 // the two steps (its peer died, or it broke the protocol) gives out no DMB: then a new
-// group is found or started once more, rather than declining with MEM.
+// group is found or started, up to joinTries in all, rather than declining with MEM. The
+// terminations come in bursts (every connection with a vanished peer reports it), so one
+// more try was not always enough; the bound keeps a peer that keeps its groups dying
+// from holding a handshake.
 func (h *handshake) joinGroup(peer ism.GID, role smcd.Role, id [4]byte) (first bool, code uint32) {
 	s := &h.ism
-	for try := 0; ; try++ {
+	for try := 1; ; try++ {
 		var err error
 		if s.group, first, err = smcd.GroupsFor(h.cfg.device).FindOrCreate(peer, role, id); err != nil {
 			return false, clc.DeclIntErr
@@ -81,11 +84,14 @@ func (h *handshake) joinGroup(peer ism.GID, role smcd.Role, id [4]byte) (first b
 			(*hook)(s.group)
 		}
 		code = h.registerDMB()
-		if code == 0 || try > 0 || !s.group.Terminated() {
+		if code == 0 || try == joinTries || !s.group.Terminated() {
 			return first, code
 		}
 	}
 }
+
+// joinTries bounds joinGroup's lookups.
+const joinTries = 3
 
 // groupJoined, when set (by tests), is called with the link group a handshake found or
 // started, before it asks the group for a DMB.

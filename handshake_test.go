@@ -3,6 +3,7 @@ package smcloop
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
@@ -443,29 +444,44 @@ func TestServerDMBLingersAfterFailedAccept(t *testing.T) {
 }
 
 // TestHandshakeGroupTerminatedMeanwhile: the link group a handshake found is terminated
-// before it gives the connection a DMB (its peer died, or it broke the protocol): the
-// handshake starts a new group and the connection is SMC-D, not a fallback with MEM.
+// before it gives the connection a DMB (its peer died, or it broke the protocol), once or
+// twice in a row as a burst of peer-death reports does: the handshake starts a new group
+// and the connection is SMC-D, not a fallback with MEM. A group that dies at every one of
+// the joinTries lookups makes the server decline with MEM: a clean fallback, not a wait.
 func TestHandshakeGroupTerminatedMeanwhile(t *testing.T) {
-	var calls atomic.Int32
-	hook := func(g *smcd.LinkGroup) {
-		if calls.Add(1) == 1 {
-			g.Terminate(false)
-		}
-	}
-	groupJoined.Store(&hook)
-	t.Cleanup(func() { groupJoined.Store(nil) })
-	c, s := pipe(t, Config{}, Config{})
-	defer c.Close()
-	defer s.Close()
-	require.True(t, c.UsingSMC(), "client: %s", c.Mode())
-	require.True(t, s.UsingSMC(), "server: %s", s.Mode())
-	assert.EqualValues(t, 3, calls.Load(), "the server's lookup twice (its first group was terminated), the client's once")
+	for kills := 1; kills <= 3; kills++ { // joinTries is 3
+		t.Run(fmt.Sprintf("%d terminated", kills), func(t *testing.T) {
+			var calls atomic.Int32
+			hook := func(g *smcd.LinkGroup) {
+				if calls.Add(1) <= int32(kills) {
+					g.Terminate(false)
+				}
+			}
+			groupJoined.Store(&hook)
+			t.Cleanup(func() { groupJoined.Store(nil) })
+			c, s := pipe(t, Config{}, Config{})
+			defer c.Close()
+			defer s.Close()
+			if kills == 3 {
+				require.False(t, s.UsingSMC(), "server: %s", s.Mode())
+				local, _ := s.FallbackReason()
+				assert.Equal(t, clc.DeclMem, local, "server: %s", s.Mode())
+				_, peer := c.FallbackReason()
+				assert.Equal(t, clc.DeclMem, peer, "client: %s", c.Mode())
+				assert.EqualValues(t, 3, calls.Load(), "the server's lookups; the client joins no group")
+			} else {
+				require.True(t, c.UsingSMC(), "client: %s", c.Mode())
+				require.True(t, s.UsingSMC(), "server: %s", s.Mode())
+				assert.EqualValues(t, kills+2, calls.Load(), "the server's lookups (all but the last group terminated), the client's one")
+			}
 
-	want := pattern(100_000, 9)
-	go func() { _, _ = c.Write(want) }()
-	got := make([]byte, len(want))
-	require.NoError(t, s.SetReadDeadline(time.Now().Add(watchdog)))
-	_, err := io.ReadFull(s, got)
-	require.NoError(t, err)
-	assert.Equal(t, want, got)
+			want := pattern(100_000, 9)
+			go func() { _, _ = c.Write(want) }()
+			got := make([]byte, len(want))
+			require.NoError(t, s.SetReadDeadline(time.Now().Add(watchdog)))
+			_, err := io.ReadFull(s, got)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		})
+	}
 }
