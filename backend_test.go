@@ -314,6 +314,16 @@ func TestFakeElasticWindow(t *testing.T) {
 	assert.Equal(t, unit, st.SendWindow, "a new window is the first unit's ring")
 	assert.Equal(t, unit, st.PeerRMBCommitted)
 
+	// The reader starts once the writer is blocked on a full ring, so the window has grown
+	// to the whole ring however the two are scheduled: a reader that keeps up with a
+	// concurrent writer never lets the window fill (and then it needs no more).
+	first := pattern(size+unit, 1)
+	wr := goWrite(a, first)
+	awaitSleep(t, a, datapath.Writer)
+	require.Equal(t, first, readN(t, b, len(first)))
+	r := await(t, wr, "the first write")
+	require.NoError(t, r.err)
+	require.Equal(t, len(first), r.n)
 	streamExact(t, a, b, 8<<20, 1<<20, 2)
 	st = a.Stats()
 	assert.Equal(t, size, st.SendWindow, "a bulk stream's window is the whole ring")
