@@ -449,7 +449,8 @@ func TestServerDMBLingersAfterFailedAccept(t *testing.T) {
 // and the connection is SMC-D, not a fallback with MEM. A group that dies at every one of
 // the joinTries lookups makes the server decline with MEM: a clean fallback, not a wait.
 func TestHandshakeGroupTerminatedMeanwhile(t *testing.T) {
-	for kills := 1; kills <= 3; kills++ { // joinTries is 3
+	require.Equal(t, 3, joinTries, "the cases below are written for three lookups")
+	for kills := 1; kills <= 3; kills++ {
 		t.Run(fmt.Sprintf("%d terminated", kills), func(t *testing.T) {
 			var calls atomic.Int32
 			hook := func(g *smcd.LinkGroup) {

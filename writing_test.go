@@ -62,10 +62,7 @@ func TestWritingFlag(t *testing.T) {
 				require.True(t, client.UsingSMC())
 				assert.Equal(t, b.own, client.ownPeer)
 
-				msg := make([]byte, 4*client.tx.size+12345)
-				for i := range msg {
-					msg[i] = byte(i*7 + i>>9)
-				}
+				msg := pattern(4*client.tx.size+12345, 5)
 				var wr <-chan result
 				if op == "write" {
 					wr = goWrite(client, msg)
@@ -141,12 +138,9 @@ func TestWaitSpinsWhilePeerWrites(t *testing.T) {
 					se.InjectCons(datapath.Cons{Cursor: se.PeerCons().Cursor, ProdFlags: cdc.Writing})
 				}
 			}
-			server.rx.mu.Lock()
-			server.rx.spin = backedOff
-			server.rx.mu.Unlock()
-
 			ready := func() bool { return true } // whichever step looks first ends the wait
 			server.rx.mu.Lock()
+			server.rx.spin = backedOff
 			err := server.waitFor(datapath.Reader, ready, &server.rx.deadline)
 			sp := server.rx.spin
 			server.rx.mu.Unlock()
