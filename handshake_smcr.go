@@ -193,6 +193,15 @@ func rdmaDevice(role smcr.Role) *smcr.Device {
 	return rdmaDevices.dev[role]
 }
 
+// rdmaDeviceOpened is rdmaDevice without the open: the device if it is open, else nil. A
+// remote dial's handshake takes its device so, since the dial opened it before it
+// connected (dialRemote) and nothing slow may come between connect and proposal.
+func rdmaDeviceOpened(role smcr.Role) *smcr.Device {
+	rdmaDevices.mu.Lock()
+	defer rdmaDevices.mu.Unlock()
+	return rdmaDevices.dev[role]
+}
+
 // resetRDMADevices closes the process's SMC-R devices so that the next handshake opens
 // them again from rdmaProvider (tests).
 func resetRDMADevices() {
@@ -254,11 +263,11 @@ func (h *handshake) rmbSize() int {
 // rmbeCode compresses an RMB size for the CLC RMBE size nibble.
 func rmbeCode(size int) uint8 { return smcr.CompressedSize(size) }
 
-// proposeRDMA adds this side's RDMA device to a proposal (smc_find_rdma_v2_device_clnt)
-// and reports whether it did: an SMC-Rv2 offer with the GID of the device's RoCE v2
-// port, the limits of a link group (v2.1 max_conns and max_links), and the system ID.
-func (h *handshake) proposeRDMA(prop *clc.Proposal) bool {
-	dev := rdmaDevice(smcr.Client)
+// proposeRDMA adds this side's RDMA device dev to a proposal
+// (smc_find_rdma_v2_device_clnt) and reports whether it did, false for a nil dev: an
+// SMC-Rv2 offer with the GID of the device's RoCE v2 port, the limits of a link group
+// (v2.1 max_conns and max_links), and the system ID.
+func (h *handshake) proposeRDMA(prop *clc.Proposal, dev *smcr.Device) bool {
 	if dev == nil {
 		return false
 	}

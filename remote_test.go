@@ -10,6 +10,8 @@ import (
 
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/internal/remotecap"
+	"github.com/smcloop/smcloop/internal/verbs"
+	"github.com/smcloop/smcloop/smcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -346,4 +348,63 @@ func TestRemoteWildcardListener(t *testing.T) {
 		cache.Wait()
 	}
 	assert.Equal(t, uint64(1), ln.RemoteSignal().Taken)
+}
+
+// slowOpen is a verbs provider whose device takes delay to open, as a process's first
+// ibv_open_device and GID-table read do on a loaded host.
+type slowOpen struct {
+	verbs.Provider
+	delay time.Duration
+}
+
+func (s slowOpen) Open(name string) (verbs.Device, error) {
+	time.Sleep(s.delay) // the device's own slowness, not a synchronisation
+	return s.Provider.Open(name)
+}
+
+// TestRemoteSMCRSlowDeviceOpen: a process's first SMC-R dial to an announced listener,
+// whose RDMA device takes four times remoteFirstByteWait to open, is SMC-R on both sides.
+// The listener waits only remoteFirstByteWait for the first bytes of an announced
+// connection, so the dialer opens its device before it connects; opened between connect
+// and proposal, the listener had delivered the connection as plain TCP and the dialer's
+// handshake timed out waiting for an accept that never came.
+func TestRemoteSMCRSlowDeviceOpen(t *testing.T) {
+	cache := withRemoteLoopback(t)
+	hc, hs := fakeRemote(t, true, true)
+	rdmaProvider = func(r smcr.Role) verbs.Provider {
+		if r == smcr.Client {
+			return slowOpen{hc, 4 * remoteFirstByteWait}
+		}
+		return hs
+	}
+	cfg := Config{HandshakeTimeout: 2 * time.Second}
+	ln, err := (&ListenConfig{Config: cfg}).Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	require.True(t, ln.RemoteSignal().Offered, "%v", ln.RemoteSignal().BindErr)
+	dst := ln.Addr().String()
+
+	// The first dial is plain (destination unknown) and starts the probe.
+	d := Dialer{Config: cfg}
+	c, err := d.Dial("tcp4", dst)
+	require.NoError(t, err)
+	s, err := ln.AcceptSMC()
+	require.NoError(t, err)
+	speak(t, c, s, false)
+	require.NoError(t, c.Close())
+	require.NoError(t, s.Close())
+	cache.Wait()
+
+	c, err = d.Dial("tcp4", dst)
+	require.NoError(t, err, "the dialer's handshake")
+	defer c.Close()
+	s, err = ln.AcceptSMC()
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Equal(t, "SMCR", c.Mode())
+	assert.Equal(t, "SMCR", s.Mode())
+	speak(t, c, s, true)
+	exchangeHashed(t, c, s, 256<<10+7)
+	assert.Equal(t, uint64(1), ln.RemoteSignal().Taken)
+	assert.Zero(t, ln.Stats().HandshakeErrs)
 }
