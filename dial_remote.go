@@ -11,7 +11,6 @@ import (
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/internal/presence"
 	"github.com/smcloop/smcloop/internal/remotecap"
-	"github.com/smcloop/smcloop/smcr"
 )
 
 // errNotAnnounced ends a remote dial's connect attempt whose announcement the listener
@@ -43,13 +42,7 @@ func (d *Dialer) dialRemote(ctx context.Context, network, address string, cfg *s
 		c, err := d.dialPlain(ctx, network, address, cfg, clc.DeclPeerNoSMC)
 		return c, true, err
 	}
-	// The listener waits only remoteFirstByteWait for the first CLC message of an
-	// announced connection, so nothing slow may come between connect and proposal: the
-	// process's RDMA device is opened now, before the connection exists (a first
-	// ibv_open_device and GID-table read took 3-17 ms on an idle UML instance, more when
-	// loaded), and the handshake takes it as opened here. Without one the handshake
-	// declines with NOSMCRDEV.
-	rdmaDevice(smcr.Client)
+	openRemoteDialDevice()
 	if d.NetDialer.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.NetDialer.Timeout)

@@ -13,7 +13,6 @@ import (
 	"github.com/smcloop/smcloop/clc"
 	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/internal/peercred"
-	"github.com/smcloop/smcloop/smcr"
 )
 
 // countingConn counts the bytes that cross the TCP connection, so a test (or a user) can
@@ -267,11 +266,7 @@ func clientHandshakeTo(ctx context.Context, tcp net.Conn, cfg *settings, network
 	}
 	h.paths = clc.PathN
 	if remote || peerRemote(tcp) {
-		dev := rdmaDeviceOpened(smcr.Client) // a remote dial opened it before connecting
-		if !remote {
-			dev = rdmaDevice(smcr.Client)
-		}
-		if !h.proposeRDMA(prop, dev) {
+		if !h.proposeRDMA(prop, remote) {
 			// No RDMA device: tell the server instead of proposing
 			// (smc_connect_decline_fallback).
 			return h.decline(clc.DeclNoSMCRDev)

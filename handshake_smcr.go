@@ -193,9 +193,15 @@ func rdmaDevice(role smcr.Role) *smcr.Device {
 	return rdmaDevices.dev[role]
 }
 
-// rdmaDeviceOpened is rdmaDevice without the open: the device if it is open, else nil. A
-// remote dial's handshake takes its device so, since the dial opened it before it
-// connected (dialRemote) and nothing slow may come between connect and proposal.
+// openRemoteDialDevice opens the dialing device ahead of a remote dial's connect
+// (dialRemote). The listener waits only remoteFirstByteWait for the first CLC message of
+// an announced connection, so nothing slow may come between connect and proposal: a
+// process's first ibv_open_device and GID-table read took 3-17 ms on an idle UML
+// instance, and longer on a loaded one. The handshake then takes the device as opened
+// here, without trying again (proposeRDMA).
+func openRemoteDialDevice() { rdmaDevice(smcr.Client) }
+
+// rdmaDeviceOpened is rdmaDevice without the open: the device if it is open, else nil.
 func rdmaDeviceOpened(role smcr.Role) *smcr.Device {
 	rdmaDevices.mu.Lock()
 	defer rdmaDevices.mu.Unlock()
@@ -263,11 +269,16 @@ func (h *handshake) rmbSize() int {
 // rmbeCode compresses an RMB size for the CLC RMBE size nibble.
 func rmbeCode(size int) uint8 { return smcr.CompressedSize(size) }
 
-// proposeRDMA adds this side's RDMA device dev to a proposal
-// (smc_find_rdma_v2_device_clnt) and reports whether it did, false for a nil dev: an
-// SMC-Rv2 offer with the GID of the device's RoCE v2 port, the limits of a link group
-// (v2.1 max_conns and max_links), and the system ID.
-func (h *handshake) proposeRDMA(prop *clc.Proposal, dev *smcr.Device) bool {
+// proposeRDMA adds this side's RDMA device to a proposal (smc_find_rdma_v2_device_clnt)
+// and reports whether it did: an SMC-Rv2 offer with the GID of the device's RoCE v2
+// port, the limits of a link group (v2.1 max_conns and max_links), and the system ID.
+// With opened (a remote dial, after openRemoteDialDevice) it takes the device only if it
+// is open already.
+func (h *handshake) proposeRDMA(prop *clc.Proposal, opened bool) bool {
+	dev := rdmaDeviceOpened(smcr.Client)
+	if !opened {
+		dev = rdmaDevice(smcr.Client)
+	}
 	if dev == nil {
 		return false
 	}

@@ -497,6 +497,7 @@ func (m *crashMatrix) killClient(t *testing.T, mode string) crashOutcome {
 	t.Helper()
 	var p *peer
 	seed := m.rng.Uint64()
+	var st0 smcloop.ListenerStats
 	if mode == "stall" {
 		pre := m.ln.Stats()
 		var missed int
@@ -524,10 +525,14 @@ func (m *crashMatrix) killClient(t *testing.T, mode string) crashOutcome {
 				}
 			}
 		}
+		st0 = m.ln.Stats() // after any missed stall, whose connection is gone
 	} else {
+		// Before the peer starts: a client that connects before this look (a loaded
+		// host) would be counted in st0, and its echo's end would never match a
+		// delivered connection.
+		st0 = m.ln.Stats()
 		p = startCrashPeer(t, "client", m.addr, mode, strconv.FormatUint(seed, 10))
 	}
-	st0 := m.ln.Stats() // after any missed stall, whose connection is gone
 	switch mode {
 	case "dial":
 		p.expect("DIAL")
