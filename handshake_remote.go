@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/smcloop/smcloop/clc"
@@ -38,7 +39,9 @@ func clientHandshakeRemote(ctx context.Context, tcp net.Conn, cfg *settings, net
 // anything else, or nothing in time, was not the announcer's: it is delivered as plain
 // TCP with reason PEERNOSMC and whatever it sent kept for the application, as if it had
 // never been announced.
-func serverHandshakeRemote(ctx context.Context, tcp net.Conn, cfg *settings, network string, declineWith uint32) (*Conn, error) {
+//
+// notCLC, if not nil, counts the connections delivered plain that way.
+func serverHandshakeRemote(ctx context.Context, tcp net.Conn, cfg *settings, network string, declineWith uint32, notCLC *atomic.Uint64) (*Conn, error) {
 	h := newHandshake(ctx, tcp, cfg, network, "server")
 	defer h.done()
 	full := time.Now().Add(cfg.handshakeTimeout)
@@ -46,6 +49,9 @@ func serverHandshakeRemote(ctx context.Context, tcp net.Conn, cfg *settings, net
 		full = d
 	}
 	if !h.sniffCLC(time.Now().Add(remoteFirstByteWait)) {
+		if notCLC != nil {
+			notCLC.Add(1)
+		}
 		return h.fallback(clc.DeclPeerNoSMC, 0), nil
 	}
 	h.tcp.SetDeadline(full)

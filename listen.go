@@ -492,7 +492,7 @@ func (l *Listener) handshake(tcp net.Conn, remote bool, slot *atomic.Pointer[net
 	var c *Conn
 	var err error // Close aborts the handshake (inflight)
 	if remote {
-		c, err = serverHandshakeRemote(context.Background(), tcp, l.cfg, l.network, 0) // handshake_remote.go
+		c, err = serverHandshakeRemote(context.Background(), tcp, l.cfg, l.network, 0, &l.remote.notCLC) // handshake_remote.go
 	} else {
 		c, err = serverHandshake(context.Background(), tcp, l.cfg, l.network)
 	}
@@ -543,7 +543,7 @@ func (l *Listener) declineBusy(tcp net.Conn, remote bool) {
 		var c *Conn
 		var err error // Close aborts it (busyTCP)
 		if remote {
-			c, err = serverHandshakeRemote(context.Background(), tcp, l.cfg, l.network, clc.DeclMem)
+			c, err = serverHandshakeRemote(context.Background(), tcp, l.cfg, l.network, clc.DeclMem, &l.remote.notCLC)
 		} else {
 			c, err = serverDecline(context.Background(), tcp, l.cfg, l.network, clc.DeclMem)
 		}

@@ -3,6 +3,7 @@ package smcloop
 import (
 	"net"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/smcloop/smcloop/internal/remotecap"
 )
@@ -13,7 +14,8 @@ import (
 // offers nothing. The accept loop owns it; its methods are safe on the zero value.
 type remoteSignal struct {
 	r       *remotecap.Responder
-	bindErr error // why a listener that could have offered it does not
+	bindErr error         // why a listener that could have offered it does not
+	notCLC  atomic.Uint64 // RemoteSignalStats.NotCLC
 }
 
 // RemoteSignalStats describe a listener's cross-host capability signal.
@@ -27,11 +29,17 @@ type RemoteSignalStats struct {
 	// Responder's counters: probes answered, announcements recorded and refused,
 	// datagrams dropped, announced connections accepted, announcements held now.
 	remotecap.ResponderStats
+	// NotCLC counts the announced connections delivered as plain TCP (PEERNOSMC)
+	// because their first bytes were not a CLC eyecatcher, or did not come within
+	// remoteFirstByteWait: a plain client whose 4-tuple a liar announced, or an
+	// smcloop dialer too slow to send its proposal (which then waits for an Accept
+	// until its handshake times out). On a healthy host it stays zero.
+	NotCLC uint64
 }
 
 // RemoteSignal returns the state and counters of the listener's cross-host signal.
 func (l *Listener) RemoteSignal() RemoteSignalStats {
-	st := RemoteSignalStats{Offered: l.remote.r != nil, BindErr: l.remote.bindErr}
+	st := RemoteSignalStats{Offered: l.remote.r != nil, BindErr: l.remote.bindErr, NotCLC: l.remote.notCLC.Load()}
 	if l.remote.r != nil {
 		st.ResponderStats = l.remote.r.Stats()
 	}

@@ -183,6 +183,7 @@ func TestRemoteSMCToSMC(t *testing.T) {
 	assert.Equal(t, uint64(2), rs.Announced)
 	assert.Equal(t, uint64(2), rs.Taken)
 	assert.Zero(t, rs.Held)
+	assert.Zero(t, rs.NotCLC, "each Decline came in time")
 }
 
 // TestRemoteSpoofedAnnouncement: a liar on the client's host announces the 4-tuple a
@@ -233,6 +234,7 @@ func TestRemoteSpoofedAnnouncement(t *testing.T) {
 		}
 	})
 	assert.Equal(t, uint64(2), ln.RemoteSignal().Taken)
+	assert.Equal(t, uint64(2), ln.RemoteSignal().NotCLC, "both announced, neither spoke CLC")
 	assert.Zero(t, ln.Stats().HandshakeErrs)
 }
 
@@ -406,5 +408,6 @@ func TestRemoteSMCRSlowDeviceOpen(t *testing.T) {
 	speak(t, c, s, true)
 	exchangeHashed(t, c, s, 256<<10+7)
 	assert.Equal(t, uint64(1), ln.RemoteSignal().Taken)
+	assert.Zero(t, ln.RemoteSignal().NotCLC, "the proposal came in time")
 	assert.Zero(t, ln.Stats().HandshakeErrs)
 }

@@ -304,6 +304,9 @@ func acceptSMCR(t *testing.T, ln *Listener) *Conn {
 		if c.Mode() == "SMCR" {
 			return c
 		}
+		// Said, so that a dialer left waiting for an Accept (a plain delivery of its
+		// announced connection: NotCLC) shows here.
+		t.Logf("accepted %s from %s; signal %+v", c.Mode(), c.RemoteAddr(), ln.RemoteSignal())
 		io.Copy(io.Discard, c)
 		c.Close()
 	}
