@@ -197,6 +197,14 @@ func TestStacksbench(t *testing.T) {
 			assert.False(t, math.IsNaN(v) || math.IsInf(v, 0) || v < 0, "%s on %s: %s = %v", r.Workload, r.Transport, k, v)
 		}
 		keys := []string{"ops_per_s", "mb_per_s", "cpu_us_per_op", "client_cpu_us_per_op", "server_cpu_us_per_op"}
+		if r.Workload != "http-default-transport-8" {
+			// Context switches may be none in a short interval, but are always reported,
+			// and both processes' voluntary ones add up.
+			for _, k := range []string{"vcsw_per_op", "client_vcsw_per_op", "server_vcsw_per_op", "client_ivcsw_per_op", "server_ivcsw_per_op"} {
+				assert.Contains(t, r.Metrics, k, "%s on %s", r.Workload, r.Transport)
+			}
+			assert.InDelta(t, r.Metrics["vcsw_per_op"], r.Metrics["client_vcsw_per_op"]+r.Metrics["server_vcsw_per_op"], 1e-9, "%s on %s", r.Workload, r.Transport)
+		}
 		if strings.HasPrefix(r.Workload, "grpc-unary") {
 			keys = append(keys, "p50_us", "p99_us")
 		}
@@ -300,7 +308,7 @@ func TestStacksbench(t *testing.T) {
 	}
 
 	// The table: every section, a parsable row per transport, and no errors.
-	sections := []string{"GRPC UNARY 16 B", "GRPC UNARY 4 KiB", "GRPC STREAM 64 KiB", "NET/HTTP GET 1 MiB, 1 CONNECTION", "NET/HTTP GET 1 KiB, 8 CONNECTIONS", "NET/HTTP GET 1 MiB, 1 CONNECTION, PHASES", "NET/HTTP CONNECTIONS", "SMCLOOP COUNTERS", "SMCLOOP WAITS"}
+	sections := []string{"GRPC UNARY 16 B", "GRPC UNARY 4 KiB", "GRPC STREAM 64 KiB", "NET/HTTP GET 1 MiB, 1 CONNECTION", "NET/HTTP GET 1 KiB, 8 CONNECTIONS", "NET/HTTP GET 1 MiB, 1 CONNECTION, PHASES", "NET/HTTP CONNECTIONS", "SMCLOOP COUNTERS", "SMCLOOP WAITS", "CONTEXT SWITCHES"}
 	rest := out
 	for _, s := range sections {
 		i := strings.Index(rest, "\n"+s+"  ")
@@ -330,6 +338,10 @@ func TestStacksbench(t *testing.T) {
 	_, waits, _ := strings.Cut(out, "\nSMCLOOP WAITS")
 	waitRow := regexp.MustCompile(`(?m)^\s+[A-Za-z0-9-]+\s+smcloop(\s+[\d.]+/[\d.]+){8}\s*$`)
 	assert.Len(t, waitRow.FindAllString(waits, -1), 5, "the waits' rows:\n%s", waits)
+	// The context switches: a row per workload and transport, voluntary, ratio and forced.
+	_, switches, _ := strings.Cut(out, "\nCONTEXT SWITCHES")
+	switchRow := regexp.MustCompile(`(?m)^\s+[A-Za-z0-9-]+\s+(smcloop|tcp|unix)\s+[\d.,]+/[\d.,]+\s+([\d.]+x|-)\s+[\d.,]+/[\d.,]+\s*$`)
+	assert.Len(t, switchRow.FindAllString(switches, -1), 5*3, "the context switches' rows:\n%s", switches)
 	assert.NotRegexp(t, `(?m)^\s+(smcloop|tcp|unix)\s+failed`, out)
 	assert.Contains(t, out, "\nerrors: none\n")
 }

@@ -14,8 +14,9 @@
 // turns within each workload), their ratios to TCP, the spread across rounds, CPU per
 // operation (user+sys of both processes over the measured interval), the connections the
 // client opened and the mode the server saw on each; then how many connections an
-// http.Transport with default settings opens for 8 concurrent requests, and smcloop's
-// per-connection counters per operation.
+// http.Transport with default settings opens for 8 concurrent requests, smcloop's
+// per-connection counters and wait outcomes per operation, and every transport's context
+// switches per operation (getrusage of both processes: voluntary ones are wake-ups).
 package main
 
 import (

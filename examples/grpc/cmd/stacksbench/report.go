@@ -23,7 +23,10 @@ type Result struct {
 	Bytes     int64   `json:"bytes"`
 	Seconds   float64 `json:"seconds"`
 	// Metrics: p50_us, p99_us, mean_us (unary), ops_per_s, mb_per_s, cpu_us_per_op
-	// (both processes), client_cpu_us_per_op, server_cpu_us_per_op, cpu_cores.
+	// (both processes), client_cpu_us_per_op, server_cpu_us_per_op, cpu_cores, and the
+	// context switches per operation: vcsw_per_op (voluntary, both processes),
+	// client_vcsw_per_op, server_vcsw_per_op, client_ivcsw_per_op, server_ivcsw_per_op
+	// (forced).
 	Metrics       map[string]float64 `json:"metrics"`
 	ClientCPUUser float64            `json:"client_cpu_user_s"`
 	ClientCPUSys  float64            `json:"client_cpu_sys_s"`
@@ -377,6 +380,26 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 		tw.Flush()
 		fmt.Fprintf(out, "\n  handshakes  client: %s; servers: %s\n", r.ClientProcess, r.ServerProcesses)
 	}
+
+	fmt.Fprintf(out, "\nCONTEXT SWITCHES  getrusage of each process over the measured interval, per operation, client/server, median\n"+
+		"  of rounds: voluntary = a thread blocked (a futex sleep, an epoll wait), each a wake-up later; vs tcp = both\n"+
+		"  processes' voluntary switches / tcp's; forced = a thread switched out while it could run (preempted,\n"+
+		"  or a sched_yield that let another thread run)\n\n")
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  workload\ttransport\tvoluntary\tvs tcp\tforced\t\n")
+	for _, w := range wls {
+		for _, tr := range r.Transports {
+			s := r.summary(w.name, tr)
+			if s == nil {
+				continue
+			}
+			md := s.Median
+			fmt.Fprintf(tw, "  %s\t%s\t%s/%s\t%s\t%s/%s\t\n", w.name, tr,
+				num(md["client_vcsw_per_op"]), num(md["server_vcsw_per_op"]), ratio(s, "vcsw_per_op"),
+				num(md["client_ivcsw_per_op"]), num(md["server_ivcsw_per_op"]))
+		}
+	}
+	tw.Flush()
 
 	var notes []string
 	for _, res := range r.Results {

@@ -147,7 +147,7 @@ func serveChild(tr, dir string) error {
 			if err != nil {
 				return "error " + err.Error()
 			}
-			return fmt.Sprintf("%d %d", t.User, t.Sys)
+			return fmt.Sprintf("%d %d %d %d", t.User, t.Sys, t.Voluntary, t.Forced)
 		case "stats":
 			b, err := json.Marshal(s.stats())
 			if err != nil {

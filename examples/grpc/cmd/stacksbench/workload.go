@@ -87,10 +87,10 @@ func (p *point) snap() (sample, error) {
 		return s, fmt.Errorf("server cpu: %w", err)
 	}
 	var u, sy int64
-	if _, err := fmt.Sscanf(reply, "%d %d", &u, &sy); err != nil {
+	if _, err := fmt.Sscanf(reply, "%d %d %d %d", &u, &sy, &s.server.Voluntary, &s.server.Forced); err != nil {
 		return s, fmt.Errorf("server cpu %q: %w", reply, err)
 	}
-	s.server = cpuTime{User: time.Duration(u), Sys: time.Duration(sy)}
+	s.server.User, s.server.Sys = time.Duration(u), time.Duration(sy)
 	if s.client, err = processCPU(); err != nil {
 		return s, err
 	}
@@ -160,6 +160,13 @@ func (p *point) measure(body func(until time.Time, measured bool) (ops, bytes in
 			"client_cpu_us_per_op": float64(client.total()) / 1e3 / float64(ops),
 			"server_cpu_us_per_op": float64(server.total()) / 1e3 / float64(ops),
 			"cpu_cores":            (client.total() + server.total()).Seconds() / elapsed.Seconds(),
+			// Context switches per operation: voluntary ones are a thread of the process
+			// blocking (each a wake-up later), forced ones a thread preempted.
+			"vcsw_per_op":         float64(client.Voluntary+server.Voluntary) / float64(ops),
+			"client_vcsw_per_op":  float64(client.Voluntary) / float64(ops),
+			"server_vcsw_per_op":  float64(server.Voluntary) / float64(ops),
+			"client_ivcsw_per_op": float64(client.Forced) / float64(ops),
+			"server_ivcsw_per_op": float64(server.Forced) / float64(ops),
 		},
 	}
 	r.ServerModes = subModes(srv1.GRPCModes, st0.GRPCModes)
