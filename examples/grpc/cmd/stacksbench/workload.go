@@ -161,7 +161,8 @@ func (p *point) measure(body func(until time.Time, measured bool) (ops, bytes in
 			"server_cpu_us_per_op": float64(server.total()) / 1e3 / float64(ops),
 			"cpu_cores":            (client.total() + server.total()).Seconds() / elapsed.Seconds(),
 			// Context switches per operation: voluntary ones are a thread of the process
-			// blocking (each a wake-up later), forced ones a thread preempted.
+			// blocking (each a wake-up later), forced ones a thread switched out while it
+			// could run (preempted, or a sched_yield that let another run).
 			"vcsw_per_op":         float64(client.Voluntary+server.Voluntary) / float64(ops),
 			"client_vcsw_per_op":  float64(client.Voluntary) / float64(ops),
 			"server_vcsw_per_op":  float64(server.Voluntary) / float64(ops),
