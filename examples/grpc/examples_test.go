@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 var build = sync.OnceValues(func() (string, error) {
@@ -171,7 +173,16 @@ type benchReport struct {
 		Median    map[string]float64 `json:"median"`
 		VsTCP     map[string]float64 `json:"vs_tcp"`
 	} `json:"summary"`
-	Errors []string `json:"errors"`
+	Errors  []string `json:"errors"`
+	Pinning *struct {
+		ClientCPU        int `json:"client_cpu"`
+		ServerCPU        int `json:"server_cpu"`
+		Checks           int `json:"checks"`
+		ClientThreads    int `json:"client_threads"`
+		ServerThreads    int `json:"server_threads"`
+		ClientGOMAXPROCS int `json:"client_gomaxprocs"`
+		ServerGOMAXPROCS int `json:"server_gomaxprocs"`
+	} `json:"pinning"`
 }
 
 func TestStacksbench(t *testing.T) {
@@ -187,6 +198,8 @@ func TestStacksbench(t *testing.T) {
 	transports := []string{"smcloop", "tcp", "unix"}
 	assert.Equal(t, transports, rep.Transports)
 	assert.Equal(t, benchWorkloads, rep.Workloads)
+	assert.Nil(t, rep.Pinning, "pinning without -pin")
+	assert.Contains(t, out, "\n  pinning    none: the scheduler places client and server\n")
 
 	seen := map[string]int{}
 	for _, r := range rep.Results {
@@ -344,4 +357,45 @@ func TestStacksbench(t *testing.T) {
 	assert.Len(t, switchRow.FindAllString(switches, -1), 5*3, "the context switches' rows:\n%s", switches)
 	assert.NotRegexp(t, `(?m)^\s+(smcloop|tcp|unix)\s+failed`, out)
 	assert.Contains(t, out, "\nerrors: none\n")
+}
+
+// TestStacksbenchPin: -pin puts the client on one CPU and every server child on another,
+// and after every round each process finds all its threads where they were put.
+func TestStacksbenchPin(t *testing.T) {
+	var set unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	if set.Count() < 2 {
+		t.Skipf("-pin needs two CPUs, this test may run on %d", set.Count())
+	}
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	// The 1 MiB GET measures its memory bound on both CPUs, whose threads must come back
+	// with the client's mask.
+	out := run(t, "stacksbench", "-pin", "-workloads", "grpc-unary-16B,http-get-1MiB-1conn", "-transports", "smcloop,tcp",
+		"-duration", "60ms", "-warmup", "20ms", "-rounds", "2", "-json", jsonPath)
+	raw, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep benchReport
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.Empty(t, rep.Errors)
+	pn := rep.Pinning
+	require.NotNil(t, pn, "no pinning in the JSON")
+	var cpus []int
+	for c := 0; len(cpus) < 2; c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	assert.Equal(t, cpus, []int{pn.ClientCPU, pn.ServerCPU}, "the first two CPUs")
+	// One check per server child and round, each of a process with its runtime's threads.
+	assert.Equal(t, 2*2, pn.Checks)
+	assert.GreaterOrEqual(t, pn.ClientThreads, 2)
+	assert.GreaterOrEqual(t, pn.ServerThreads, 2)
+	assert.Positive(t, pn.ClientGOMAXPROCS)
+	assert.Positive(t, pn.ServerGOMAXPROCS)
+	assert.Contains(t, out, fmt.Sprintf("\n  pinning    client on CPU %d, servers on CPU %d (sched_setaffinity of every thread); 4 checks after the rounds\n",
+		pn.ClientCPU, pn.ServerCPU))
+	for _, r := range rep.Results {
+		require.Empty(t, r.Error, "%s on %s", r.Workload, r.Transport)
+		assert.Positive(t, r.Ops, "%s on %s", r.Workload, r.Transport)
+	}
 }

@@ -9,6 +9,7 @@
 //	go run ./cmd/stacksbench -duration 2s -rounds 5
 //	go run ./cmd/stacksbench -json out.json       # the table, and the raw figures as JSON
 //	go run ./cmd/stacksbench -json -              # JSON only, on standard output
+//	go run ./cmd/stacksbench -pin                 # client on one CPU, servers on another
 //
 // It prints, per workload and transport, the medians over the rounds (transports take
 // turns within each workload), their ratios to TCP, the spread across rounds, CPU per
@@ -17,6 +18,12 @@
 // http.Transport with default settings opens for 8 concurrent requests, smcloop's
 // per-connection counters and wait outcomes per operation, and every transport's context
 // switches per operation (getrusage of both processes: voluntary ones are wake-ups).
+//
+// Unpinned, the scheduler places client and server, and on a small or shared machine
+// that placement moves the figures from one run to the next. -pin puts the client on
+// the first CPU this process may run on and every server child on the second
+// (sched_setaffinity of every thread), and checks after every round that every thread
+// of each is still there.
 package main
 
 import (
@@ -25,7 +32,9 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +46,8 @@ func main() {
 	var (
 		serve      = flag.String("serve", "", "run as the server child on this transport (internal)")
 		dir        = flag.String("dir", "", "directory for the server child's unix sockets (internal)")
+		cpu        = flag.Int("cpu", -1, "CPU to pin the server child to (internal)")
+		pin        = flag.Bool("pin", false, "put the client on the first CPU this process may run on and every server on the second (sched_setaffinity)")
 		duration   = flag.Duration("duration", time.Second, "measured time per point")
 		warmup     = flag.Duration("warmup", 200*time.Millisecond, "warm-up per point, not measured")
 		rounds     = flag.Int("rounds", 3, "rounds: every workload on every transport once per round")
@@ -49,7 +60,7 @@ func main() {
 	log.SetPrefix("stacksbench: ")
 	ignored := unsetSMCEnv()
 	if *serve != "" {
-		if err := serveChild(*serve, *dir); err != nil {
+		if err := serveChild(*serve, *dir, *cpu); err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -88,6 +99,16 @@ func main() {
 	}
 	for _, w := range wls {
 		r.Workloads = append(r.Workloads, w.name)
+	}
+	if *pin {
+		c, s, err := pinCPUs()
+		if err == nil {
+			err = pinProcess(c)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		r.Pinning = &Pinning{ClientCPU: c, ServerCPU: s}
 	}
 	for round := range *rounds {
 		if err := runRound(r, wls, round, *warmup, *duration); err != nil {
@@ -158,8 +179,12 @@ func runRound(r *Report, wls []workload, round int, warmup, duration time.Durati
 			}
 		}
 	}()
+	args := []string{"-dir", dir}
+	if r.Pinning != nil {
+		args = append(args, "-cpu", strconv.Itoa(r.Pinning.ServerCPU))
+	}
 	for _, tr := range r.Transports {
-		p, err := child.Start(nil, "-serve", tr, "-dir", dir)
+		p, err := child.Start(nil, append([]string{"-serve", tr}, args...)...)
 		if err != nil {
 			return fmt.Errorf("%s server: %w", tr, err)
 		}
@@ -198,6 +223,11 @@ func runRound(r *Report, wls []workload, round int, warmup, duration time.Durati
 		pt := &point{transport: tr, grpcAddr: p.Ready[0], httpAddr: p.Ready[1], srv: p}
 		res, err := pt.connProbe()
 		add(connProbeName, tr, res, err)
+		if r.Pinning != nil {
+			if err := r.Pinning.check(tr, p); err != nil {
+				r.Errors = append(r.Errors, fmt.Sprintf("round %d: %v", round+1, err))
+			}
+		}
 		if smc(tr) {
 			st, err := pt.serverStats()
 			if err != nil {
@@ -215,5 +245,44 @@ func runRound(r *Report, wls []workload, round int, warmup, duration time.Durati
 			}
 		}
 	}
+	return nil
+}
+
+// Pinning is where -pin put the processes, and what its checks after every round found.
+type Pinning struct {
+	ClientCPU int `json:"client_cpu"`
+	ServerCPU int `json:"server_cpu"`
+	// Checks counts the placement checks that passed, one per server child and round;
+	// ClientThreads and ServerThreads are the most threads one of them found, every one
+	// allowed on its process's CPU alone.
+	Checks        int `json:"checks"`
+	ClientThreads int `json:"client_threads"`
+	ServerThreads int `json:"server_threads"`
+	// GOMAXPROCS of the client and of the last server checked, at the check: the Go
+	// runtime sizes it from the CPUs a process may use, so it lowers it to 1 soon after
+	// -pin restricts them.
+	ClientGOMAXPROCS int `json:"client_gomaxprocs"`
+	ServerGOMAXPROCS int `json:"server_gomaxprocs"`
+}
+
+// check asks the server child p of transport tr, and this process, whether every thread
+// is still on its CPU.
+func (pn *Pinning) check(tr string, p *child.Process) error {
+	n, err := threadPlacement(pn.ClientCPU)
+	if err != nil {
+		return fmt.Errorf("client placement: %w", err)
+	}
+	reply, err := p.Call("placement")
+	if err != nil {
+		return fmt.Errorf("%s server placement: %w", tr, err)
+	}
+	var threads, procs int
+	if _, err := fmt.Sscanf(reply, "%d %d", &threads, &procs); err != nil {
+		return fmt.Errorf("%s server placement: %s", tr, reply)
+	}
+	pn.Checks++
+	pn.ClientThreads = max(pn.ClientThreads, n)
+	pn.ServerThreads = max(pn.ServerThreads, threads)
+	pn.ClientGOMAXPROCS, pn.ServerGOMAXPROCS = runtime.GOMAXPROCS(0), procs
 	return nil
 }

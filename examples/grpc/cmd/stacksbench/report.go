@@ -76,18 +76,20 @@ type Machine struct {
 
 // Report is the whole run, as --json writes it.
 type Report struct {
-	Date       string     `json:"date"`
-	Command    string     `json:"command"`
-	Machine    Machine    `json:"machine"`
-	Warmup     string     `json:"warmup"`
-	Duration   string     `json:"duration"`
-	Rounds     int        `json:"rounds"`
-	Transports []string   `json:"transports"`
-	Workloads  []string   `json:"workloads"`
-	IgnoredEnv []string   `json:"ignored_env,omitempty"`
-	Results    []*Result  `json:"results"`
-	Summary    []*Summary `json:"summary"`
-	Errors     []string   `json:"errors"`
+	Date       string   `json:"date"`
+	Command    string   `json:"command"`
+	Machine    Machine  `json:"machine"`
+	Warmup     string   `json:"warmup"`
+	Duration   string   `json:"duration"`
+	Rounds     int      `json:"rounds"`
+	Transports []string `json:"transports"`
+	Workloads  []string `json:"workloads"`
+	IgnoredEnv []string `json:"ignored_env,omitempty"`
+	// Pinning is nil unless -pin was given.
+	Pinning *Pinning   `json:"pinning,omitempty"`
+	Results []*Result  `json:"results"`
+	Summary []*Summary `json:"summary"`
+	Errors  []string   `json:"errors"`
 	// ClientProcess and ServerProcesses are smcloop.ProcessStatistics handshake
 	// outcomes: this process's dials, and the server children's accepts added up.
 	ClientProcess   handshakes `json:"client_process"`
@@ -275,6 +277,14 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 	fmt.Fprintf(out, "             every payload byte is checked by its receiver; each point: %s warm-up, then %s measured;\n", r.Warmup, r.Duration)
 	fmt.Fprintf(out, "             %d rounds, transports take turns within each workload; figures are medians of the rounds;\n", r.Rounds)
 	fmt.Fprintf(out, "             CPU is user+sys of both processes (getrusage) over the measured interval, per operation\n")
+	if pn := r.Pinning; pn != nil {
+		fmt.Fprintf(out, "  pinning    client on CPU %d, servers on CPU %d (sched_setaffinity of every thread); %d checks after the rounds\n",
+			pn.ClientCPU, pn.ServerCPU, pn.Checks)
+		fmt.Fprintf(out, "             found every thread there (up to %d client, %d server threads); GOMAXPROCS %d client, %d server\n",
+			pn.ClientThreads, pn.ServerThreads, pn.ClientGOMAXPROCS, pn.ServerGOMAXPROCS)
+	} else {
+		fmt.Fprintf(out, "  pinning    none: the scheduler places client and server\n")
+	}
 	if len(r.IgnoredEnv) > 0 {
 		fmt.Fprintf(out, "  ignored    %s (unset: smcloop runs with its defaults)\n", strings.Join(r.IgnoredEnv, ", "))
 	}

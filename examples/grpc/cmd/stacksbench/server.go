@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -118,8 +119,14 @@ func serveBytes(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveChild is the child process: a gRPC server (the Bulk service) and an HTTP server on
-// transport tr, until the parent closes its standard input.
-func serveChild(tr, dir string) error {
+// transport tr, until the parent closes its standard input. A cpu of 0 or more pins the
+// process to that CPU first.
+func serveChild(tr, dir string, cpu int) error {
+	if cpu >= 0 {
+		if err := pinProcess(cpu); err != nil {
+			return err
+		}
+	}
 	gln, err := listen(tr, dir, "grpc")
 	if err != nil {
 		return err
@@ -148,6 +155,16 @@ func serveChild(tr, dir string) error {
 				return "error " + err.Error()
 			}
 			return fmt.Sprintf("%d %d %d %d", t.User, t.Sys, t.Voluntary, t.Forced)
+		case "placement":
+			// Every thread must still be on the CPU the parent asked for.
+			if cpu < 0 {
+				return "error not pinned"
+			}
+			n, err := threadPlacement(cpu)
+			if err != nil {
+				return "error " + err.Error()
+			}
+			return fmt.Sprintf("%d %d", n, runtime.GOMAXPROCS(0))
 		case "stats":
 			b, err := json.Marshal(s.stats())
 			if err != nil {

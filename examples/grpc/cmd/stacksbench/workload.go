@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
 	"github.com/smcloop/smcloop/examples/grpc/bulk"
@@ -329,28 +328,34 @@ func (g *getter) get(ctx context.Context, seq uint64) error {
 // GET cost at least: the body as one copy() into the client's buffer of bytes another
 // CPU has just written (as the server did), the check as one comparison with the
 // pattern right after it; medians of rounds, µs each. With two CPUs or more the writer
-// runs on CPU 1 and the copy on CPU 0; with one, both on it.
+// runs on the second CPU this process may run on and the copy on the first (where -pin
+// puts server and client); with one, both on it. Both threads get their CPU masks back
+// before they go back to the runtime.
 func memoryBound(size int) (copyUS, compareUS float64) {
+	clientCPU, serverCPU, err := pinCPUs()
+	pinned := err == nil // two CPUs to put the copy and the writer on
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var saved unix.CPUSet
-	pinned := runtime.NumCPU() >= 2 && unix.SchedGetaffinity(0, &saved) == nil && pinTo(0) == nil
+	var restore func() error
 	if pinned {
-		defer unix.SchedSetaffinity(0, &saved)
+		restore, err = pinThread(clientCPU)
+		pinned = err == nil
 	}
+	defer release(restore)
 	src, dst, pattern := make([]byte, size), make([]byte, size), bulk.Pattern(1, size)
 	fill, filled := make(chan struct{}), make(chan struct{})
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		runtime.LockOSThread()
+		var restore func() error
 		if pinned {
-			pinTo(1)
+			restore, _ = pinThread(serverCPU)
 		}
 		for range fill {
 			copy(src, pattern)
 			filled <- struct{}{}
 		}
+		release(restore)
+		filled <- struct{}{} // the thread has its mask back, or ends with this goroutine
 	}()
-	defer close(fill)
 	var cp, cmp []float64
 	for range 200 {
 		fill <- struct{}{}
@@ -363,14 +368,18 @@ func memoryBound(size int) (copyUS, compareUS float64) {
 		}
 		cp, cmp = append(cp, us(t1.Sub(t0))), append(cmp, us(time.Since(t1)))
 	}
+	close(fill)
+	<-filled
 	return median(cp), median(cmp)
 }
 
-// pinTo binds the calling thread to CPU cpu.
-func pinTo(cpu int) error {
-	var set unix.CPUSet
-	set.Set(cpu)
-	return unix.SchedSetaffinity(0, &set)
+// release gives the calling goroutine's locked thread back to the runtime once restore
+// (if any) has put its CPU mask back. If that fails, the goroutine stays locked, and the
+// runtime ends the thread when the goroutine exits.
+func release(restore func() error) {
+	if restore == nil || restore() == nil {
+		runtime.UnlockOSThread()
+	}
 }
 
 func (p *point) httpTransport(conns int) *http.Transport {
