@@ -240,7 +240,8 @@ func (c *Conn) peerWriting() bool {
 //     process is running or runnable: the peer's next cursor update wakes it with one
 //     system call and no dispatcher, for waits up to shortSleepSpan (a bulk transfer's
 //     turns, an RPC's reply) at no CPU. It holds an OS thread and its P while it sleeps,
-//     hence the condition: a busy process keeps its Ps for its goroutines.
+//     hence the condition: a busy process keeps its Ps for its goroutines, and at least
+//     one P stays free for the network poller (none such sleep with GOMAXPROCS 1).
 //  3. The doorbell: announce the sleep in shared memory, re-check (a producer that
 //     published before seeing the announcement is caught here), and park on the
 //     doorbell, which the device's signal dispatcher rings from Go's poller.
@@ -319,8 +320,12 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 const shortSleepSpan = 500 * time.Microsecond
 
 // shortSleepers counts the process's short sleeps in progress. Each holds an OS thread
-// (the runtime runs the process's goroutines on others), so at most GOMAXPROCS of them
-// sleep at once, however many connections wait: the others take the doorbell at once.
+// and its P in a system call, and while every P is so held nothing in the process runs
+// its network poller: no doorbell of another connection is answered, no socket read and
+// no timer fires until the sleep ends or sysmon takes the P back. So at most
+// GOMAXPROCS-1 of them sleep at once, however many connections wait, and a process with
+// one P never sleeps so: the others take the doorbell at once (docs/HISTORY.md, "One P
+// left for the poller").
 var shortSleepers atomic.Int32
 
 // shortSleep sleeps the wait on the wake word for at most shortSleepSpan (and not past
@@ -337,7 +342,7 @@ func (c *Conn) shortSleep(dir datapath.Dir, ready func() bool, dl *deadline, ws 
 	if !processIdle() {
 		return false
 	}
-	if shortSleepers.Add(1) > int32(runtime.GOMAXPROCS(0)) {
+	if shortSleepers.Add(1) > int32(runtime.GOMAXPROCS(0)-1) {
 		shortSleepers.Add(-1)
 		return false
 	}

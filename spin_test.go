@@ -2,6 +2,7 @@ package smcloop
 
 import (
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -78,4 +79,44 @@ func TestWaitEndedByDeadline(t *testing.T) {
 		return
 	}
 	t.Fatal("every Read found its deadline passed before it waited")
+}
+
+// TestShortSleepLeavesAPForThePoller: a short sleep holds its OS thread and P in a
+// futex(2) call, so at most GOMAXPROCS-1 waits of a process sleep so at once. With one P
+// a wait goes on to the doorbell at once, and the network poller (the doorbells of
+// other connections, sockets, timers) keeps the P; with two, a wait in an otherwise idle
+// process takes the short sleep.
+func TestShortSleepLeavesAPForThePoller(t *testing.T) {
+	r, _ := pipe(t, Config{BusyPoll: -1}, Config{})
+	// wait is one Read that nothing answers: its deadline ends it, after a short sleep
+	// (which runs out) or none.
+	wait := func() WaitStats {
+		before := r.Stats().ReadWaits
+		require.NoError(t, r.SetReadDeadline(time.Now().Add(5*time.Millisecond)))
+		_, err := r.Read(make([]byte, 1))
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		after := r.Stats().ReadWaits
+		return WaitStats{Waits: after.Waits - before.Waits, FutexHits: after.FutexHits - before.FutexHits,
+			FutexMisses: after.FutexMisses - before.FutexMisses}
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for i := range 5 {
+		w := wait()
+		require.LessOrEqual(t, w.Waits, uint64(1), "wait %d", i)
+		require.Zero(t, w.FutexHits+w.FutexMisses, "wait %d with one P took a short sleep", i)
+	}
+	require.Zero(t, shortSleepers.Load())
+
+	// With two Ps it does, whenever no other goroutine of the test binary happens to run
+	// at that moment (processIdle): one of a few waits is enough.
+	runtime.GOMAXPROCS(2)
+	slept := false
+	for range 50 {
+		if w := wait(); w.FutexMisses == 1 {
+			slept = true
+			break
+		}
+	}
+	assert.True(t, slept, "no wait took a short sleep with two Ps")
+	assert.Zero(t, shortSleepers.Load())
 }
