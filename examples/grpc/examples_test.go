@@ -223,7 +223,7 @@ func TestStacksbench(t *testing.T) {
 		}
 		if r.Workload == "http-get-1MiB-1conn" {
 			// One connection: the request split into phases, and the memory bound.
-			keys = append(keys, "phase_request_us", "phase_response_us", "phase_body_us", "phase_check_us", "mem_copy_us", "mem_compare_us")
+			keys = append(keys, "phase_request_us", "phase_response_us", "phase_body_us", "phase_check_us", "mem_copy_us", "mem_compare_us", "mem_cpus")
 		}
 		if r.Workload == "http-default-transport-8" {
 			keys = []string{"ops_per_s", "conns"}
@@ -394,8 +394,16 @@ func TestStacksbenchPin(t *testing.T) {
 	assert.Positive(t, pn.ServerGOMAXPROCS)
 	assert.Contains(t, out, fmt.Sprintf("\n  pinning    client on CPU %d, servers on CPU %d (sched_setaffinity of every thread); 4 checks after the rounds\n",
 		pn.ClientCPU, pn.ServerCPU))
+	gets := 0
 	for _, r := range rep.Results {
 		require.Empty(t, r.Error, "%s on %s", r.Workload, r.Transport)
 		assert.Positive(t, r.Ops, "%s on %s", r.Workload, r.Transport)
+		if r.Workload == "http-get-1MiB-1conn" {
+			// The memory bound's writer ran on the servers' CPU, its copy on the client's,
+			// though the client itself may run on one CPU only.
+			assert.Equal(t, 2.0, r.Metrics["mem_cpus"], "round %d on %s: the memory bound's CPUs", r.Round, r.Transport)
+			gets++
+		}
 	}
+	assert.Equal(t, 2*2, gets, "1 MiB GET results")
 }

@@ -100,6 +100,9 @@ func main() {
 	for _, w := range wls {
 		r.Workloads = append(r.Workloads, w.name)
 	}
+	if c, s, err := pinCPUs(); err == nil {
+		boundCPUs = &[2]int{c, s}
+	}
 	if *pin {
 		c, s, err := pinCPUs()
 		if err == nil {

@@ -489,7 +489,9 @@ func (r *Report) writePhases(out io.Writer, w workload) {
 		return fmt.Sprintf("%.2fx", tcpTotal/t)
 	}
 	bound := []float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
+	boundCPUs := 2.0
 	for _, s := range rows {
+		boundCPUs = min(boundCPUs, s.Median["mem_cpus"])
 		v := phaseValues(s)
 		bound[0], bound[1] = min(bound[0], v[0]), min(bound[1], v[1])
 		bound[2], bound[3] = min(bound[2], s.Median["mem_copy_us"]), min(bound[3], s.Median["mem_compare_us"])
@@ -502,6 +504,9 @@ func (r *Report) writePhases(out io.Writer, w workload) {
 	fmt.Fprintf(out, "\n  bound: the fastest request and response legs of this run; the body as one copy() into the client's\n")
 	fmt.Fprintf(out, "  buffer of bytes another CPU has just written, the check as one comparison after it (in-process, medians\n")
 	fmt.Fprintf(out, "  of 200): what a transport that cost nothing beyond the copy its reader must make would reach here\n")
+	if boundCPUs < 2 {
+		fmt.Fprintf(out, "  (here writer and copy took turns on one CPU: this process may not run on a second)\n")
+	}
 }
 
 func phaseValues(s *Summary) []float64 {

@@ -327,17 +327,17 @@ func (g *getter) get(ctx context.Context, seq uint64) error {
 // memoryBound measures, in this process, what the body and check phases of a size-byte
 // GET cost at least: the body as one copy() into the client's buffer of bytes another
 // CPU has just written (as the server did), the check as one comparison with the
-// pattern right after it; medians of rounds, µs each. With two CPUs or more the writer
-// runs on the second CPU this process may run on and the copy on the first (where -pin
-// puts server and client); with one, both on it. Both threads get their CPU masks back
-// before they go back to the runtime.
-func memoryBound(size int) (copyUS, compareUS float64) {
-	clientCPU, serverCPU, err := pinCPUs()
-	pinned := err == nil // two CPUs to put the copy and the writer on
+// pattern right after it; medians of rounds, µs each. With two CPUs (boundCPUs) the
+// writer runs on the second and the copy on the first, where -pin puts server and
+// client; with one, both on it. cpus says on how many CPUs it ran. Both threads get their
+// CPU masks back before they go back to the runtime.
+func memoryBound(size int) (copyUS, compareUS float64, cpus int) {
+	pinned := boundCPUs != nil
 	runtime.LockOSThread()
 	var restore func() error
 	if pinned {
-		restore, err = pinThread(clientCPU)
+		var err error
+		restore, err = pinThread(boundCPUs[0])
 		pinned = err == nil
 	}
 	defer release(restore)
@@ -347,7 +347,7 @@ func memoryBound(size int) (copyUS, compareUS float64) {
 		runtime.LockOSThread()
 		var restore func() error
 		if pinned {
-			restore, _ = pinThread(serverCPU)
+			restore, _ = pinThread(boundCPUs[1])
 		}
 		for range fill {
 			copy(src, pattern)
@@ -370,8 +370,16 @@ func memoryBound(size int) (copyUS, compareUS float64) {
 	}
 	close(fill)
 	<-filled
-	return median(cp), median(cmp)
+	cpus = 1
+	if pinned {
+		cpus = 2
+	}
+	return median(cp), median(cmp), cpus
 }
+
+// boundCPUs are the memory bound's two CPUs (nil with fewer than two): the first two this
+// process may run on, set before -pin restricts it to the first.
+var boundCPUs *[2]int
 
 // release gives the calling goroutine's locked thread back to the runtime once restore
 // (if any) has put its CPU mask back. If that fails, the goroutine stays locked, and the
@@ -434,7 +442,8 @@ func (p *point) httpGet(size, workers int) (*Result, error) {
 	r.Metrics["phase_response_us"] = median(phases.response)
 	r.Metrics["phase_body_us"] = median(phases.body)
 	r.Metrics["phase_check_us"] = median(phases.check)
-	r.Metrics["mem_copy_us"], r.Metrics["mem_compare_us"] = memoryBound(size)
+	copyUS, compareUS, cpus := memoryBound(size)
+	r.Metrics["mem_copy_us"], r.Metrics["mem_compare_us"], r.Metrics["mem_cpus"] = copyUS, compareUS, float64(cpus)
 	return r, nil
 }
 
