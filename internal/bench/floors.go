@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 // measureFloors measures copy() for every size and the cache-line round trip between two
@@ -81,7 +83,7 @@ func cacheLineRTT(dur time.Duration, cpus [2]int) (float64, string) {
 	wg.Go(func() {
 		runtime.LockOSThread()
 		if cpus[1] >= 0 {
-			pinErrs[1] = pinThread(cpus[1])
+			_, pinErrs[1] = cpupin.Thread(cpus[1])
 		}
 		for {
 			v := line.v.Load()
@@ -96,7 +98,7 @@ func cacheLineRTT(dur time.Duration, cpus [2]int) (float64, string) {
 	wg.Go(func() {
 		runtime.LockOSThread()
 		if cpus[0] >= 0 {
-			pinErrs[0] = pinThread(cpus[0])
+			_, pinErrs[0] = cpupin.Thread(cpus[0])
 		}
 		batch := int64(1)
 		var v int64

@@ -7,6 +7,8 @@ import (
 	"net"
 	"slices"
 	"time"
+
+	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 // Config says what Run measures.
@@ -264,7 +266,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	res.Settings.Descriptions = cfg.descriptions()
 	cpus := [2]int{-1, -1}
 	if cfg.Pin {
-		if !cpusAvailable(clientCPU, serverCPU) {
+		if !cpupin.Available(clientCPU, serverCPU) {
 			return nil, fmt.Errorf("cannot pin: CPUs %d and %d are not both available to this process", clientCPU, serverCPU)
 		}
 		cpus = [2]int{clientCPU, serverCPU}
@@ -277,7 +279,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		// two CPUs can do at best, not what the scheduler happens to arrange.
 		floorCPUs := cpus
 		if !cfg.Pin {
-			floorCPUs = twoCPUs()
+			floorCPUs, _ = cpupin.FirstTwo()
 		}
 		res.Floors = measureFloors(slices.Concat(cfg.LatSizes, cfg.BWSizes), floorDuration(cfg.Duration), floorCPUs)
 		if err := ctx.Err(); err != nil {
@@ -286,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 
 	if cfg.Pin {
-		restore, err := pinProcess(clientCPU)
+		restore, err := cpupin.Process(clientCPU)
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 // The server child is started with these arguments (after whatever the ServerCmd puts in
@@ -60,7 +62,7 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	}
 	tr, _ := Lookup(sa.Transport) // ParseServerArgs found it
 	if sa.CPU >= 0 {
-		if _, err := pinProcess(sa.CPU); err != nil {
+		if _, err := cpupin.Process(sa.CPU); err != nil {
 			return fmt.Errorf("bench server: %w", err)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 // BenchmarkCrossCPUPipelinedCopy is the bound of any two-copy transport between two
@@ -65,7 +67,7 @@ func crossCPUCopy(b *testing.B, size int, verify bool) {
 	// when they end.
 	wg.Go(func() {
 		runtime.LockOSThread()
-		pinErrs[1] = pinThread(1)
+		_, pinErrs[1] = cpupin.Thread(1)
 		var c int64
 		for range b.N {
 			for got := 0; got < size; {
@@ -96,7 +98,7 @@ func crossCPUCopy(b *testing.B, size int, verify bool) {
 	b.ResetTimer()
 	wg.Go(func() {
 		runtime.LockOSThread()
-		pinErrs[0] = pinThread(0)
+		_, pinErrs[0] = cpupin.Thread(0)
 		var p int64
 		for range b.N {
 			for sent := 0; sent < size; {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/examples/grpc/internal/child"
+	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 func main() {
@@ -100,18 +101,18 @@ func main() {
 	for _, w := range wls {
 		r.Workloads = append(r.Workloads, w.name)
 	}
-	if c, s, err := pinCPUs(); err == nil {
-		boundCPUs = &[2]int{c, s}
+	cpus, count := cpupin.FirstTwo()
+	if count >= 2 {
+		boundCPUs = &cpus
 	}
 	if *pin {
-		c, s, err := pinCPUs()
-		if err == nil {
-			err = pinProcess(c)
+		if count < 2 {
+			log.Fatalf("-pin needs two CPUs, this process may run on %d (see taskset or the cgroup's cpuset)", count)
 		}
-		if err != nil {
+		if _, err := cpupin.Process(cpus[0]); err != nil {
 			log.Fatal(err)
 		}
-		r.Pinning = &Pinning{ClientCPU: c, ServerCPU: s}
+		r.Pinning = &Pinning{ClientCPU: cpus[0], ServerCPU: cpus[1]}
 	}
 	for round := range *rounds {
 		if err := runRound(r, wls, round, *warmup, *duration); err != nil {
@@ -271,7 +272,7 @@ type Pinning struct {
 // check asks the server child p of transport tr, and this process, whether every thread
 // is still on its CPU.
 func (pn *Pinning) check(tr string, p *child.Process) error {
-	n, err := threadPlacement(pn.ClientCPU)
+	n, err := cpupin.Placement(pn.ClientCPU)
 	if err != nil {
 		return fmt.Errorf("client placement: %w", err)
 	}

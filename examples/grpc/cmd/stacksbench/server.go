@@ -18,6 +18,7 @@ import (
 	"github.com/smcloop/smcloop/examples/grpc/bulk"
 	"github.com/smcloop/smcloop/examples/grpc/internal/child"
 	"github.com/smcloop/smcloop/examples/grpc/smccreds"
+	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 // serverStats is what the child tells the parent on "stats": the connections its
@@ -123,7 +124,7 @@ func serveBytes(w http.ResponseWriter, r *http.Request) {
 // process to that CPU first.
 func serveChild(tr, dir string, cpu int) error {
 	if cpu >= 0 {
-		if err := pinProcess(cpu); err != nil {
+		if _, err := cpupin.Process(cpu); err != nil {
 			return err
 		}
 	}
@@ -160,7 +161,7 @@ func serveChild(tr, dir string, cpu int) error {
 			if cpu < 0 {
 				return "error not pinned"
 			}
-			n, err := threadPlacement(cpu)
+			n, err := cpupin.Placement(cpu)
 			if err != nil {
 				return "error " + err.Error()
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/smcloop/smcloop/examples/grpc/bulk"
 	"github.com/smcloop/smcloop/examples/grpc/internal/child"
 	"github.com/smcloop/smcloop/examples/grpc/smccreds"
+	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 // A workload is one row group of the report.
@@ -337,7 +338,7 @@ func memoryBound(size int) (copyUS, compareUS float64, cpus int) {
 	var restore func() error
 	if pinned {
 		var err error
-		restore, err = pinThread(boundCPUs[0])
+		restore, err = cpupin.Thread(boundCPUs[0])
 		pinned = err == nil
 	}
 	defer release(restore)
@@ -347,7 +348,7 @@ func memoryBound(size int) (copyUS, compareUS float64, cpus int) {
 		runtime.LockOSThread()
 		var restore func() error
 		if pinned {
-			restore, _ = pinThread(boundCPUs[1])
+			restore, _ = cpupin.Thread(boundCPUs[1])
 		}
 		for range fill {
 			copy(src, pattern)
