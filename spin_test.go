@@ -89,7 +89,7 @@ func TestWaitEndedByDeadline(t *testing.T) {
 func TestShortSleepLeavesAPForThePoller(t *testing.T) {
 	r, _ := pipe(t, Config{BusyPoll: -1}, Config{})
 	// wait is one Read that nothing answers: its deadline ends it, after a short sleep
-	// (which runs out) or none.
+	// (which runs out) or none; it returns the counts of the Read's waits.
 	wait := func() WaitStats {
 		before := r.Stats().ReadWaits
 		require.NoError(t, r.SetReadDeadline(time.Now().Add(5*time.Millisecond)))
@@ -100,11 +100,16 @@ func TestShortSleepLeavesAPForThePoller(t *testing.T) {
 			FutexMisses: after.FutexMisses - before.FutexMisses}
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	// A Read may wait more than once: a doorbell rung by the peer's own publications
+	// (those of its connection setup can land in the first wait) ends a wait that then
+	// finds nothing to read and waits again. None of them may take a short sleep.
+	var waits uint64
 	for i := range 5 {
 		w := wait()
-		require.LessOrEqual(t, w.Waits, uint64(1), "wait %d", i)
-		require.Zero(t, w.FutexHits+w.FutexMisses, "wait %d with one P took a short sleep", i)
+		waits += w.Waits
+		require.Zero(t, w.FutexHits+w.FutexMisses, "Read %d with one P took a short sleep (%d waits)", i, w.Waits)
 	}
+	require.NotZero(t, waits, "no Read waited: every deadline passed before its Read began to wait")
 	require.Zero(t, shortSleepers.Load())
 
 	// With two Ps it does, whenever no other goroutine of the test binary happens to run
@@ -112,7 +117,7 @@ func TestShortSleepLeavesAPForThePoller(t *testing.T) {
 	runtime.GOMAXPROCS(2)
 	slept := false
 	for range 50 {
-		if w := wait(); w.FutexMisses == 1 {
+		if w := wait(); w.FutexMisses >= 1 {
 			slept = true
 			break
 		}
