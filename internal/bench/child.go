@@ -36,6 +36,9 @@ type child struct {
 	out    *bufio.Reader
 	stderr *tailBuffer
 	addr   string
+	// placed is the number of threads the child found on its CPU when it checked its
+	// placement before exiting (its PLACED line; 0 if it printed none: not pinned).
+	placed int
 }
 
 // startChild starts a server child and waits for its LISTEN line. On failure the child
@@ -110,6 +113,7 @@ func (c *child) finishWithin(ctx context.Context, timeout time.Duration) (string
 		late = context.Cause(ctx)
 	}
 	detail := c.reap()
+	c.placed = parsePlaced(out)
 	if fail := parseFail(out); fail != nil {
 		return out, fail
 	}

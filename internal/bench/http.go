@@ -252,6 +252,9 @@ func (r *runner) httpRound(ctx context.Context, s HTTPServer, want []byte) (HTTP
 		}
 		return HTTPStats{}, nil, fmt.Errorf("server: %w", err)
 	}
+	if err := r.checkPlacement(ch); err != nil {
+		return HTTPStats{}, nil, err
+	}
 	// Every response the client read in full was served; a server that counts fewer
 	// did not send what arrived.
 	if read := st.Succeeded + st.FailedMismatch + st.FailedStatus; srv.Requests < read {

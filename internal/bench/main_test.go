@@ -7,7 +7,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
+
+	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 // helperEnv makes the test binary act as a bench server child (see TestMain).
@@ -49,6 +52,7 @@ func registerTestTransports() {
 	Register(zcPlain.transport())
 	Register(zcFlip.transport())
 	Register(fallbackAfter)
+	Register(straying)
 }
 
 // flip is TCP with one bit flipped in the byte at offset at of the stream the client
@@ -125,3 +129,27 @@ func helperServer(t *testing.T) (ServerCmd, string) {
 		return cmd
 	}, tmp
 }
+
+// straying is TCP whose listener leaves one thread of the server child on the client's
+// CPU (clientCPU) for the rest of the child's life, as a library that pins a thread of
+// its own would.
+var straying = func() Transport {
+	tcp := TCP()
+	return Transport{
+		Name: "tcp-straying-thread",
+		Listen: func(ctx context.Context) (net.Listener, error) {
+			pinned := make(chan error)
+			go func() {
+				runtime.LockOSThread()
+				_, err := cpupin.Thread(clientCPU)
+				pinned <- err
+				select {} // the thread stays, locked and pinned, until the child exits
+			}()
+			if err := <-pinned; err != nil {
+				return nil, err
+			}
+			return tcp.Listen(ctx)
+		},
+		Dial: tcp.Dial,
+	}
+}()

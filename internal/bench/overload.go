@@ -210,6 +210,9 @@ func (r *runner) overloadRound(ctx context.Context, t Transport) (OverloadStats,
 		}
 		return OverloadStats{}, nil, nil, fmt.Errorf("server: %w", err)
 	}
+	if err := r.checkPlacement(ch); err != nil {
+		return OverloadStats{}, nil, nil, err
+	}
 	s.Server = srv
 	return s, ph, nh, nil
 }

@@ -102,6 +102,10 @@ func (r *Results) writeHeader(w io.Writer) {
 	}
 	if s.Pinned {
 		field("pinning", "client on CPU %d, server on CPU %d (sched_setaffinity)", s.ClientCPU, s.ServerCPU)
+		if p := s.Placement; p != nil {
+			field("", "checked after each of %d measurements: every thread on its CPU (at least %d in the client,", p.Checks, p.ClientThreads)
+			field("", "%d in the server)", p.ServerThreads)
+		}
 	} else {
 		field("pinning", "none: the scheduler places client and server")
 	}

@@ -39,6 +39,16 @@ type Machine struct {
 	CPUModel   string `json:"cpu_model,omitempty"`
 }
 
+// Placement sums up the checks of a pinned run: after every measurement, this process
+// checked that all its threads were on the client's CPU alone, and the server child, before
+// it exited, that all its threads were on the server's. A check that fails ends the run.
+type Placement struct {
+	Checks int `json:"checks"`
+	// ClientThreads and ServerThreads are the fewest threads one check found.
+	ClientThreads int `json:"client_threads"`
+	ServerThreads int `json:"server_threads"`
+}
+
 // Settings records how the run was made.
 type Settings struct {
 	Transports []string `json:"transports"`
@@ -51,6 +61,8 @@ type Settings struct {
 	Pinned     bool     `json:"pinned"`
 	ClientCPU  int      `json:"client_cpu"` // -1 when not pinned
 	ServerCPU  int      `json:"server_cpu"` // -1 when not pinned
+	// Placement is what the checks of a pinned run's placement found (nil unpinned).
+	Placement *Placement `json:"placement,omitempty"`
 	// Preset names the preset the run was made with, if any.
 	Preset string `json:"preset,omitempty"`
 	// Compare pairs the transports of the comparison tables, if any.

@@ -339,6 +339,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		}
 		res.HTTP = p
 	}
+	if cfg.Pin {
+		res.Settings.Placement = &r.placement
+	}
 	return res, nil
 }
 
@@ -381,6 +384,34 @@ type runner struct {
 	serverCPU int
 	step      int
 	steps     int
+	placement Placement // the checks of a pinned run so far
+}
+
+// checkPlacement, in a pinned run, checks after a measurement that every thread of this
+// process is still on the client's CPU alone, and that the server child ch, which has
+// exited, found its own threads on the server's CPU (its PLACED line). The runtime starts
+// threads as it needs them; a thread pinned elsewhere for a while (the floors') must not
+// come back into use; either would make the figures those of some other placement.
+func (r *runner) checkPlacement(ch *child) error {
+	if r.serverCPU < 0 || ch.cmd == nil {
+		return nil
+	}
+	n, err := cpupin.Placement(clientCPU)
+	if err != nil {
+		return fmt.Errorf("pinned to CPU %d: %w", clientCPU, err)
+	}
+	if ch.placed == 0 {
+		return fmt.Errorf("%w: the server process pinned to CPU %d exited without checking its placement", ErrProtocol, r.serverCPU)
+	}
+	p := &r.placement
+	if p.Checks == 0 || n < p.ClientThreads {
+		p.ClientThreads = n
+	}
+	if p.Checks == 0 || ch.placed < p.ServerThreads {
+		p.ServerThreads = ch.placed
+	}
+	p.Checks++
+	return nil
 }
 
 // each calls fn for every round and every transport of ts, alternating, and stops at the
@@ -600,7 +631,10 @@ func (r *runner) session(ctx context.Context, t Transport, fn func(net.Conn) err
 	case errors.Is(serverErr, ErrFallback):
 		return nil, fmt.Errorf("server: %w", serverErr)
 	}
-	return send, blame(clientErr, serverErr)
+	if err := blame(clientErr, serverErr); err != nil {
+		return nil, err
+	}
+	return send, r.checkPlacement(ch)
 }
 
 // connPoint measures short-lived connections over every transport of cfg.Conn.
@@ -681,6 +715,9 @@ func (r *runner) connRound(ctx context.Context, t Transport) (ConnStats, *histog
 			return ConnStats{}, nil, context.Cause(ctx)
 		}
 		return ConnStats{}, nil, fmt.Errorf("server: %w", err)
+	}
+	if err := r.checkPlacement(ch); err != nil {
+		return ConnStats{}, nil, err
 	}
 	srv.PeakHandshaking, srv.PeakPending, srv.PeakSamples = peak.PeakHandshaking, peak.PeakPending, peak.PeakSamples
 	total.Server = srv

@@ -220,7 +220,7 @@ func TestRegistry(t *testing.T) {
 	assert.Equal(t, []string{"tcp", "unix"}, Defaults())
 	_, err = Resolve([]string{"tcp", "smcd"})
 	assert.ErrorContains(t, err, "known: tcp, tcp-corrupt-answers, tcp-corrupt-requests, tcp-counted, tcp-fallback, tcp-fallback-mid, "+
-		"tcp-flip-http-body, tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, tcp-sendstats, tcp-zc, tcp-zc-flip, unix",
+		"tcp-flip-http-body, tcp-flip-read-pp, tcp-flip-write-pp, tcp-flip-write-stream, tcp-hang, tcp-sendstats, tcp-straying-thread, tcp-zc, tcp-zc-flip, unix",
 		"Resolve with an unknown name")
 	_, err = Resolve([]string{"tcp", "tcp"})
 	assert.Error(t, err, "Resolve accepted a repeated name")

@@ -36,7 +36,9 @@ import (
 // serves one connection and exits: status 0 after sending its report, non-zero otherwise.
 // With --conns it reads commands from stdin, one a line: "stats" prints "STATS <json>",
 // "mark" starts the process's CPU interval and prints "MARK ok", "stop" ends both with
-// "REPORT <json>" and status 0. With --http it takes "stop".
+// "REPORT <json>" and status 0. With --http it takes "stop". A child pinned with --cpu
+// checks before it exits that every one of its threads is still on that CPU alone, and
+// prints "PLACED <threads checked>" (or fails).
 
 // serverArgs builds the child's arguments.
 func serverArgs(transport string, cpu int, conns bool) []string {
@@ -125,6 +127,16 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 		err = files.serve(ctx, ln, cmds, stdout)
 	default:
 		err = serveOne(ctx, ln, tr.ZeroCopy)
+	}
+	if err == nil && sa.CPU >= 0 {
+		// Every thread the child ran on, the ones the runtime started while it served
+		// included, must still be on its CPU: the figures are of a pinned server.
+		var n int
+		if n, err = cpupin.Placement(sa.CPU); err == nil {
+			fmt.Fprintf(stdout, "PLACED %d\n", n)
+		} else {
+			err = fmt.Errorf("bench server: pinned to CPU %d: %w", sa.CPU, err)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stdout, "FAIL %s %s\n", failKind(err), strings.ReplaceAll(err.Error(), "\n", " "))
@@ -351,6 +363,19 @@ func (e *ServerError) Error() string { return e.Msg }
 func (e *ServerError) Is(target error) bool {
 	return (target == ErrMismatch && e.Kind == "mismatch") || (target == ErrProtocol && e.Kind == "protocol") ||
 		(target == ErrFallback && e.Kind == "fallback")
+}
+
+// parsePlaced returns the thread count of the PLACED line in what the child printed
+// (the check of a pinned child's placement before it exits), or 0 if there is none.
+func parsePlaced(out string) int {
+	for line := range strings.Lines(out) {
+		if rest, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "PLACED "); ok {
+			if n, err := strconv.Atoi(rest); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // parseFail finds the FAIL line in what the child printed after LISTEN.
