@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -225,6 +226,11 @@ func TestStacksbench(t *testing.T) {
 			// One connection: the request split into phases, and the memory bound.
 			keys = append(keys, "phase_request_us", "phase_response_us", "phase_body_us", "phase_check_us", "mem_copy_us", "mem_compare_us", "mem_cpus")
 		}
+		if r.Workload == "grpc-stream-64KiB" {
+			// The same bytes streamed raw on the transport, for the stack's own CPU.
+			keys = append(keys, "raw_cpu_us_per_op", "raw_mb_per_s", "raw_cpu_cores")
+			assert.Equal(t, float64(runtime.NumCPU()), r.Metrics["stack_cpus"], "%s on %s", r.Workload, r.Transport)
+		}
 		if r.Workload == "http-default-transport-8" {
 			keys = []string{"ops_per_s", "conns"}
 		}
@@ -338,6 +344,13 @@ func TestStacksbench(t *testing.T) {
 			assert.NoError(t, err, "row %q", m[0])
 		}
 	}
+	// The gRPC stream's raw streams: a row per transport, three figures each, and the bound
+	// the stack's lowest CPU per message gives.
+	_, stream, _ := strings.Cut(tables, "\nGRPC STREAM 64 KiB  ")
+	stream, _, _ = strings.Cut(stream, "\nNET/HTTP GET 1 MiB, 1 CONNECTION  ")
+	rawRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+[\d,.]+\s+[\d,.]+\s+-?[\d,.]+\s*$`)
+	assert.Len(t, rawRow.FindAllString(stream, -1), 3, "the raw streams' rows:\n%s", stream)
+	assert.Regexp(t, `\n  bound: \d+ CPUs running nothing but the stack, at its lowest CPU per msg above \([\d.,]+ µs\), and a transport\n  that costs nothing: [\d,]+ msgs/s, [\d,.]+ MB/s, [\d.]+x tcp\n`, stream)
 	// The phases of a 1 MiB GET: a row per transport and the bound, seven figures each.
 	_, phases, _ := strings.Cut(tables, "\nNET/HTTP GET 1 MiB, 1 CONNECTION, PHASES")
 	phaseRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix|bound)(\s+[\d,.]+){6}\s+[\d.]+x\s*$`)

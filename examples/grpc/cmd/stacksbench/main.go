@@ -105,6 +105,7 @@ func main() {
 	if count >= 2 {
 		boundCPUs = &cpus
 	}
+	allowedCPUs = count
 	if *pin {
 		if count < 2 {
 			log.Fatalf("-pin needs two CPUs, this process may run on %d (see taskset or the cgroup's cpuset)", count)
@@ -113,6 +114,7 @@ func main() {
 			log.Fatal(err)
 		}
 		r.Pinning = &Pinning{ClientCPU: cpus[0], ServerCPU: cpus[1]}
+		allowedCPUs = 2
 	}
 	for round := range *rounds {
 		if err := runRound(r, wls, round, *warmup, *duration); err != nil {
@@ -192,8 +194,8 @@ func runRound(r *Report, wls []workload, round int, warmup, duration time.Durati
 		if err != nil {
 			return fmt.Errorf("%s server: %w", tr, err)
 		}
-		if len(p.Ready) != 2 {
-			return fmt.Errorf("%s server: ready with %q, want two addresses", tr, p.Ready)
+		if len(p.Ready) != 3 {
+			return fmt.Errorf("%s server: ready with %q, want three addresses", tr, p.Ready)
 		}
 		children[tr] = p
 	}
@@ -213,7 +215,7 @@ func runRound(r *Report, wls []workload, round int, warmup, duration time.Durati
 	for _, w := range wls {
 		for _, tr := range order {
 			p := children[tr]
-			pt := &point{transport: tr, grpcAddr: p.Ready[0], httpAddr: p.Ready[1], srv: p, warmup: warmup, duration: duration}
+			pt := &point{transport: tr, grpcAddr: p.Ready[0], httpAddr: p.Ready[1], rawAddr: p.Ready[2], srv: p, warmup: warmup, duration: duration}
 			log.Printf("round %d/%d: %s on %s", round+1, r.Rounds, w.name, tr)
 			res, err := w.run(pt)
 			if err == nil && res.Conns > w.conns {
@@ -224,7 +226,7 @@ func runRound(r *Report, wls []workload, round int, warmup, duration time.Durati
 	}
 	for _, tr := range order {
 		p := children[tr]
-		pt := &point{transport: tr, grpcAddr: p.Ready[0], httpAddr: p.Ready[1], srv: p}
+		pt := &point{transport: tr, grpcAddr: p.Ready[0], httpAddr: p.Ready[1], rawAddr: p.Ready[2], srv: p}
 		res, err := pt.connProbe()
 		add(connProbeName, tr, res, err)
 		if r.Pinning != nil {

@@ -328,6 +328,7 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 			}
 		}
 		tw.Flush()
+		r.writeStackBound(out, w)
 	}
 
 	for _, w := range wls {
@@ -449,6 +450,64 @@ func (h handshakes) String() string {
 
 // phaseKeys are a GET's phases, in order, as the client measures them.
 var phaseKeys = []string{"phase_request_us", "phase_response_us", "phase_body_us", "phase_check_us"}
+
+// writeStackBound prints, for a stream workload, what its transports' raw streams of the
+// same bytes cost, the stack's own CPU per message that leaves, and the rate the stack
+// alone would reach on every CPU: a bound for any transport.
+func (r *Report) writeStackBound(out io.Writer, w workload) {
+	type row struct {
+		tr                string
+		raw, rawMB, stack float64
+	}
+	var (
+		rows  []row
+		best  = math.Inf(1)
+		cpus  float64
+		tcpMB float64
+	)
+	for _, tr := range r.Transports {
+		s := r.summary(w.name, tr)
+		if s == nil {
+			continue
+		}
+		raw, ok := s.Median["raw_cpu_us_per_op"]
+		if !ok {
+			continue
+		}
+		st := s.Median["cpu_us_per_op"] - raw
+		rows = append(rows, row{tr, raw, s.Median["raw_mb_per_s"], st})
+		if st > 0 {
+			best = min(best, st)
+		}
+		cpus = s.Median["stack_cpus"]
+		if tr == "tcp" {
+			tcpMB = s.Median["mb_per_s"]
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\n  the same bytes without gRPC, per %s: a raw stream on each transport after its gRPC one (32 KiB writes and\n", w.unit)
+	fmt.Fprintf(out, "  reads, as gRPC's buffers make them; every byte checked), and the stack's CPU that leaves (CPU µs/%s - raw)\n\n", w.unit)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  transport\traw MB/s\traw CPU µs/%s\tstack CPU µs/%s\t\n", w.unit, w.unit)
+	for _, x := range rows {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\n", x.tr, num(x.rawMB), num(x.raw), num(x.stack))
+	}
+	tw.Flush()
+	if math.IsInf(best, 1) || cpus < 1 {
+		fmt.Fprintf(out, "\n  bound: -\n")
+		return
+	}
+	rate := cpus * 1e6 / best
+	mb := rate * float64(w.size) / 1e6
+	vs := "-"
+	if tcpMB > 0 {
+		vs = fmt.Sprintf("%.2fx tcp", mb/tcpMB)
+	}
+	fmt.Fprintf(out, "\n  bound: %.0f CPUs running nothing but the stack, at its lowest CPU per %s above (%s µs), and a transport\n", cpus, w.unit, num(best))
+	fmt.Fprintf(out, "  that costs nothing: %s %ss/s, %s MB/s, %s\n", commas(int64(rate)), w.unit, num(mb), vs)
+}
 
 // writePhases prints the phases of a one-connection GET workload, and the bound they
 // imply: the HTTP stack's two legs as the fastest transport of the run had them, with

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"runtime"
@@ -119,8 +121,47 @@ func serveBytes(w http.ResponseWriter, r *http.Request) {
 	w.Write(bulk.Pattern(seq, n))
 }
 
-// serveChild is the child process: a gRPC server (the Bulk service) and an HTTP server on
-// transport tr, until the parent closes its standard input. A cpu of 0 or more pins the
+// rawChunk is the size of a raw stream's writes and reads: the 32 KiB of gRPC's write and
+// read buffers (grpc.WriteBufferSize, grpc.ReadBufferSize), which is what its transport's
+// Writes and Reads of a 64 KiB message's frames come to.
+const rawChunk = 32 << 10
+
+// serveRaw serves raw streams until ln is closed: on each connection the client writes
+// the stream whose byte at offset i is bulk.Pattern(i, 1)[0], then closes its write side;
+// the server reads it in rawChunk reads, checks every byte, and answers the number of
+// bytes it checked and the connection's mode ("<bytes> <mode>"). A byte out of place
+// ends the connection without an answer.
+func serveRaw(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, rawChunk)
+			var off uint64
+			for {
+				n, err := c.Read(buf)
+				if cerr := bulk.CheckPattern(buf[:n], off); cerr != nil {
+					log.Printf("raw stream from %s: at byte %d: %v", c.RemoteAddr(), off, cerr)
+					return
+				}
+				off += uint64(n)
+				if errors.Is(err, io.EOF) {
+					fmt.Fprintf(c, "%d %s", off, modeOf(c))
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// serveChild is the child process: a gRPC server (the Bulk service), an HTTP server and a
+// raw stream sink (serveRaw) on transport tr, until the parent closes its standard input. A cpu of 0 or more pins the
 // process to that CPU first.
 func serveChild(tr, dir string, cpu int) error {
 	if cpu >= 0 {
@@ -137,6 +178,14 @@ func serveChild(tr, dir string, cpu int) error {
 		gln.Close()
 		return err
 	}
+	rln, err := listen(tr, dir, "raw")
+	if err != nil {
+		gln.Close()
+		hln.Close()
+		return err
+	}
+	defer rln.Close()
+	go serveRaw(rln)
 	s := &server{grpcModes: map[string]int{}, httpModes: map[string]int{}}
 	gs := grpc.NewServer(grpc.Creds(recordingCreds{smccreds.New(), s}), bulk.ServerOption())
 	bulk.Register(gs, &bulk.Service{})
@@ -147,7 +196,7 @@ func serveChild(tr, dir string, cpu int) error {
 	errc := make(chan error, 2)
 	go func() { errc <- gs.Serve(gln) }()
 	go func() { errc <- hs.Serve(recordingListener{hln, s}) }()
-	child.Ready(gln.Addr().String(), hln.Addr().String())
+	child.Ready(gln.Addr().String(), hln.Addr().String(), rln.Addr().String())
 	err = child.Serve(func(req string) string {
 		switch req {
 		case "cpu":

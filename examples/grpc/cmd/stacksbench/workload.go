@@ -31,6 +31,8 @@ type workload struct {
 	title string
 	about string
 	unit  string // what one operation is: call, msg, req
+	// size is the bytes of one message (stream workloads).
+	size int
 	// latency workloads report p50/p99 (lower is better); the others a rate.
 	latency bool
 	run     func(p *point) (*Result, error)
@@ -43,7 +45,7 @@ var workloads = []workload{
 	{name: "grpc-unary-4KiB", conns: 1, title: "GRPC UNARY 4 KiB", unit: "call", latency: true,
 		about: "one connection, one call at a time, 4096-byte request and reply",
 		run:   func(p *point) (*Result, error) { return p.unary(4096) }},
-	{name: "grpc-stream-64KiB", conns: 1, title: "GRPC STREAM 64 KiB", unit: "msg",
+	{name: "grpc-stream-64KiB", conns: 1, title: "GRPC STREAM 64 KiB", unit: "msg", size: 64 << 10,
 		about: "client streaming on one connection, 65536-byte messages, each checked by the server; MB/s of messages the server counted",
 		run:   func(p *point) (*Result, error) { return p.stream(64 << 10) }},
 	{name: "http-get-1MiB-1conn", conns: 1, title: "NET/HTTP GET 1 MiB, 1 CONNECTION", unit: "req",
@@ -67,6 +69,7 @@ type point struct {
 	transport        string
 	grpcAddr         string
 	httpAddr         string
+	rawAddr          string
 	srv              *child.Process
 	rec              *recorder
 	warmup, duration time.Duration
@@ -245,7 +248,7 @@ func (p *point) stream(size int) (*Result, error) {
 	c := bulk.NewClient(cc)
 	ctx, cancel := context.WithTimeout(context.Background(), p.warmup+p.duration+time.Minute)
 	defer cancel()
-	return p.measure(func(until time.Time, _ bool) (int64, int64, error) {
+	r, err := p.measure(func(until time.Time, _ bool) (int64, int64, error) {
 		u, err := c.Upload(ctx, size)
 		if err != nil {
 			return 0, 0, err
@@ -258,6 +261,89 @@ func (p *point) stream(size int) (*Result, error) {
 		count, n, err := u.Close()
 		return int64(count), int64(n), err
 	})
+	if err != nil {
+		return nil, err
+	}
+	// The same bytes without gRPC, on the same transport and server: what the transport
+	// costs on its own, so that the report can tell the stack's CPU per message from it.
+	raw, err := p.rawStream(size)
+	if err != nil {
+		return nil, fmt.Errorf("raw stream: %w", err)
+	}
+	r.Metrics["raw_cpu_us_per_op"] = raw.Metrics["cpu_us_per_op"]
+	r.Metrics["raw_mb_per_s"] = raw.Metrics["mb_per_s"]
+	r.Metrics["raw_cpu_cores"] = raw.Metrics["cpu_cores"]
+	r.Metrics["stack_cpus"] = float64(allowedCPUs)
+	return r, nil
+}
+
+// allowedCPUs is how many CPUs client and servers may run on together: all this process
+// could run on at the start, or the two of -pin.
+var allowedCPUs int
+
+// rawStream streams messages of size bytes to the server's raw sink (serveRaw) on one
+// connection of the point's transport, for the warm-up and the measured time: no gRPC, no
+// framing, writes and reads of rawChunk bytes as gRPC's buffers make them, every byte
+// checked by the server. Its CPU per message is the transport's own.
+func (p *point) rawStream(size int) (*Result, error) {
+	if size%rawChunk != 0 {
+		return nil, fmt.Errorf("message size %d is not a multiple of %d", size, rawChunk)
+	}
+	p.rec = newRecorder(p.transport, p.rawAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), p.warmup+p.duration+time.Minute)
+	defer cancel()
+	c, err := p.rec.dial(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var off uint64
+	r, err := p.measure(func(until time.Time, _ bool) (int64, int64, error) {
+		var msgs int64
+		for time.Now().Before(until) {
+			for range size / rawChunk {
+				if _, err := c.Write(bulk.Pattern(off, rawChunk)); err != nil {
+					return msgs, msgs * int64(size), err
+				}
+				off += rawChunk
+			}
+			msgs++
+		}
+		return msgs, msgs * int64(size), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		return nil, fmt.Errorf("a %T cannot close its write side", c)
+	}
+	if err := cw.CloseWrite(); err != nil {
+		return nil, err
+	}
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	answer, err := io.ReadAll(c)
+	if err != nil {
+		return nil, fmt.Errorf("the server's count: %w", err)
+	}
+	var (
+		checked uint64
+		mode    string
+	)
+	if _, err := fmt.Sscanf(string(answer), "%d", &checked); err != nil {
+		return nil, fmt.Errorf("the server checked the bytes up to %d and answered %q", off, answer)
+	}
+	_, mode, _ = strings.Cut(string(answer), " ")
+	if checked != off {
+		return nil, fmt.Errorf("the server checked %d bytes, the client wrote %d", checked, off)
+	}
+	if want := modeOf(c); mode != want {
+		return nil, fmt.Errorf("the server's mode is %q, the client's %q", mode, want)
+	}
+	if smc(p.transport) && mode != "SMCD" {
+		return nil, fmt.Errorf("not on SMC-D: %s", mode)
+	}
+	return r, nil
 }
 
 // handlerStartHeader carries the time the server's handler started, in nanoseconds of
