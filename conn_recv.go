@@ -108,6 +108,7 @@ func (t tcpOnly) Write(b []byte) (int, error) { return t.c.Write(b) }
 // nothing. With skip > 0 (a lease growing, zerocopy.go) it hands consume only the
 // contiguous bytes after the first skip, and consumes nothing. rx.mu is held.
 func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
+	waited := false // the last round waited: what it found goes to the spinner
 	for {
 		if err := c.stopErr(); err != nil {
 			return 0, c.opError("read", err)
@@ -126,6 +127,10 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		if err != nil {
 			c.abort(err)
 			return 0, c.opError("read", c.abortError())
+		}
+		if waited {
+			c.rx.spin.foundAfterWait(unread)
+			waited = false
 		}
 		if unread > skip {
 			if skip > 0 {
@@ -152,6 +157,7 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		if err := c.waitFor(datapath.Reader, c.rxReady, &c.rx.deadline); err != nil {
 			return 0, c.opError("read", err)
 		}
+		waited = true
 	}
 }
 
@@ -274,7 +280,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 			return nil
 		}
 		ws.spinMisses.Add(1)
-	case sp.try():
+	case c.spinFor(sp):
 		if spinYield(ready) {
 			sp.hit()
 			ws.spinHits.Add(1)
@@ -285,7 +291,11 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 	default:
 		ws.spinSkips.Add(1)
 	}
+	// From here the wait sleeps. When it ends because the bytes (or space) may be there,
+	// other directions' spinners see that a wait of the process ended after a sleep
+	// (othersWaiting); this one knows it was its own.
 	if c.shortSleep(d, ready, dl, ws) {
+		sp.sleptEnded()
 		return nil
 	}
 	if dl.expired() {
@@ -296,6 +306,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 	if ready() {
 		c.backend.Retract(d)
 		ws.recheckHits.Add(1)
+		sp.sleptEnded()
 		return nil
 	}
 	c.ensureWatched()
@@ -312,6 +323,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		}
 		return err
 	}
+	sp.sleptEnded()
 	return nil
 }
 
@@ -364,17 +376,105 @@ const yieldSpin = 30 * time.Microsecond
 // anyway, the next 1, 3 or 7 waits sleep at once. Owned by rx.mu or tx.mu. A new
 // spinner starts from the process's recent outcome (spinHint), so that where spins keep
 // missing (a saturated host) short-lived connections do not each pay for a first spin.
+//
+// Beyond that back-off, a direction whose spins do not pay spins only at every
+// probeEvery-th wait that reaches the rule: more than a quarter of its spins ran out
+// (each costs yieldSpin of CPU, about three times what a caught one saves), it has not
+// seen bulkWait bytes lately (found by a wait, or moved by its connection between two of
+// its waits), and no other wait of the process is busy (othersWaiting). That is an RPC's
+// request or reply, whose handling is short next to the spins it would pay for. Bulk
+// keeps a direction spinning even so, as there a caught spin saves a wake-up on a long
+// transfer's path (and a stream writer's reader of window updates hands it its window),
+// and so do other busy waits, whose spins keep the vCPU from halting (docs/HISTORY.md,
+// "Spins for the waits they pay for").
 type spinner struct {
 	skip   uint32
 	misses uint32
 	seeded bool
+	// missing is the share of recent spins that ran out, in 1/256: an average in which
+	// each spin weighs 1/16. found is the most that recent waits found (bytes to read or
+	// space to write) or that the connection moved between two of them: a larger amount
+	// replaces it, a smaller one takes a quarter off it. probes counts the waits that
+	// reached the probe rule.
+	missing uint32
+	found   int
+	probes  uint32
+	// mark is sleptWaits when othersWaiting last looked; ownSlept counts this direction's
+	// own waits that slept since. moved is the connection's bytes both ways at this
+	// direction's last wait (spinFor).
+	mark, ownSlept uint64
+	moved          uint64
+}
+
+// worthMissing is the largest share of spins (in 1/256) that may run out for a direction
+// of small waits to spin at every wait: a quarter, as one that runs out costs about three
+// times what a caught one saves.
+const worthMissing = 256 / 4
+
+// bulkWait is the data (or space) a direction must have seen lately (spinner.found) to
+// spin whatever its spins' outcome: half an autosplit segment. A 1 MiB reply or a stream's
+// messages qualify; so does a net/http response whose headers arrive alone before its
+// body, as the bodies of the previous requests still count.
+const bulkWait = 16 << 10
+
+// probeEvery is how often a direction whose spins do not pay spins anyway, to see
+// whether its waits got shorter.
+const probeEvery = 16
+
+// pays reports whether this direction's spins pay for themselves.
+func (s *spinner) pays() bool { return s.missing <= worthMissing || s.found >= bulkWait }
+
+// foundAfterWait records what a wait found: n unread bytes or n bytes of space.
+func (s *spinner) foundAfterWait(n int) {
+	if n > s.found {
+		s.found = n
+	} else {
+		s.found -= s.found / 4
+	}
+}
+
+// spinFor reports whether a default wait with spinner sp spins (spinner.try). Before, it
+// counts what the connection moved both ways since the direction's last wait as found: a
+// stream's writer keeps its own reader of small window updates spinning, as a caught one
+// hands the writer its window at once.
+func (c *Conn) spinFor(sp *spinner) bool {
+	total := c.rxBytes.Load() + c.txBytes.Load()
+	sp.foundAfterWait(int(min(total-sp.moved, 1<<30)))
+	sp.moved = total
+	return sp.try(othersWaiting)
+}
+
+// sleptWaits counts the process's waits that ended after a sleep (or a sleep's re-check)
+// because their peer published: not those ended by a deadline or a close.
+var sleptWaits atomic.Uint64
+
+// sleptEnded records that a wait of this direction ended after a sleep, as its peer
+// published.
+func (s *spinner) sleptEnded() {
+	sleptWaits.Add(1)
+	s.ownSlept++
+}
+
+// othersWaiting reports whether other waits of the process are busy beside the spinner
+// s's direction: one spins now, or a wait other than this direction's own ended after a
+// sleep since the last time it asked. Connections that sleep idle (a pool's spare
+// keep-alives) do not count.
+func othersWaiting(s *spinner) bool {
+	now := sleptWaits.Load()
+	others := now-s.mark > s.ownSlept
+	s.mark, s.ownSlept = now, 0
+	return others || spinners.Load() > 0
 }
 
 // spinHint is the process's recent spin outcome: 0 when spins are caught, up to 3 when
 // they keep missing. Every spin moves it one step.
 var spinHint atomic.Uint32
 
-func (s *spinner) try() bool {
+// try reports whether this wait spins. othersWait reports whether other waits of the
+// process are busy (othersWaiting; a test's own in tests): with several at once, a spin
+// keeps this vCPU from halting and the process's other wake-ups cheap, and spins that
+// rarely catch still paid in net/http servers with 8 connections (docs/HISTORY.md).
+func (s *spinner) try(othersWait func(*spinner) bool) bool {
 	if !s.seeded {
 		s.seeded = true
 		if h := spinHint.Load(); h > 0 {
@@ -385,11 +485,17 @@ func (s *spinner) try() bool {
 		s.skip--
 		return false
 	}
+	if !s.pays() && !othersWait(s) {
+		if s.probes++; s.probes%probeEvery != 0 {
+			return false
+		}
+	}
 	return true
 }
 
 func (s *spinner) hit() {
 	s.misses = 0
+	s.missing -= s.missing / 16
 	if h := spinHint.Load(); h > 0 {
 		spinHint.CompareAndSwap(h, h-1)
 	}
@@ -397,6 +503,7 @@ func (s *spinner) hit() {
 
 func (s *spinner) missed() {
 	s.misses = min(s.misses+1, 3)
+	s.missing += (256 - s.missing) / 16
 	s.skip = 1<<s.misses - 1
 	if h := spinHint.Load(); h < 3 {
 		spinHint.CompareAndSwap(h, h+1)

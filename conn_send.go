@@ -259,12 +259,17 @@ func (c *Conn) sendable() error {
 // waitSpace returns the free send space, blocking while there is none. A full send space
 // is published first, whatever holds it back, so the peer can drain it. tx.mu is held.
 func (c *Conn) waitSpace() (int, error) {
+	waited := false // the last round waited: what it found goes to the spinner
 	for {
 		gone := c.peerGone.Load()
 		free, cf, err := c.refreshTx()
 		if err != nil {
 			c.abort(err)
 			return 0, c.opError("write", c.abortError())
+		}
+		if waited {
+			c.tx.spin.foundAfterWait(free)
+			waited = false
 		}
 		switch {
 		case cf&cdc.PeerConnAbort != 0:
@@ -286,6 +291,7 @@ func (c *Conn) waitSpace() (int, error) {
 		c.setWriteBlocked(true)
 		took := c.takeSpaceBell()
 		err = c.waitFor(datapath.Writer, c.txReady, &c.tx.deadline)
+		waited = true
 		if took {
 			<-c.tx.flusher.spaceTok
 		}

@@ -1,6 +1,7 @@
 package smcloop
 
 import (
+	"io"
 	"os"
 	"runtime"
 	"testing"
@@ -18,17 +19,17 @@ func TestSpinnerBackoff(t *testing.T) {
 	var s spinner
 	tries := func(n int) (spins int) {
 		for range n {
-			if s.try() {
+			if s.try(alone) {
 				spins++
 			}
 		}
 		return spins
 	}
-	require.True(t, s.try(), "a new spinner spins")
+	require.True(t, s.try(alone), "a new spinner spins")
 	for _, skip := range []int{1, 3, 7, 7} {
 		s.missed()
 		require.Zero(t, tries(skip), "waits of the next %d that spun after a miss", skip)
-		require.True(t, s.try(), "the spinner spins after skipping %d waits", skip)
+		require.True(t, s.try(alone), "the spinner spins after skipping %d waits", skip)
 	}
 	s.hit()
 	assert.Equal(t, 3, tries(3), "after a caught spin the spinner spins every wait")
@@ -47,15 +48,15 @@ func TestSpinnerSeed(t *testing.T) {
 	require.EqualValues(t, 3, spinHint.Load(), "hint after 5 misses")
 	var fresh spinner
 	for i := range 7 {
-		require.False(t, fresh.try(), "a fresh spinner spun at wait %d with a missing host", i)
+		require.False(t, fresh.try(alone), "a fresh spinner spun at wait %d with a missing host", i)
 	}
-	require.True(t, fresh.try(), "a fresh spinner spins after 7 waits")
+	require.True(t, fresh.try(alone), "a fresh spinner spins after 7 waits")
 	fresh.hit()
 	fresh.hit()
 	require.EqualValues(t, 1, spinHint.Load(), "hint after 2 caught spins")
 	var next spinner
-	assert.False(t, next.try(), "a spinner seeded with hint 1 spins at its first wait")
-	assert.True(t, next.try(), "a spinner seeded with hint 1 spins at its second wait")
+	assert.False(t, next.try(alone), "a spinner seeded with hint 1 spins at its first wait")
+	assert.True(t, next.try(alone), "a spinner seeded with hint 1 spins at its second wait")
 }
 
 // TestWaitEndedByDeadline: a wait whose deadline passes before it would sleep on the
@@ -124,4 +125,221 @@ func TestShortSleepLeavesAPForThePoller(t *testing.T) {
 	}
 	assert.True(t, slept, "no wait took a short sleep with two Ps")
 	assert.Zero(t, shortSleepers.Load())
+}
+
+func alone(*spinner) bool   { return false }
+func company(*spinner) bool { return true }
+
+// spinGaps drives a spinner through waits: each wait that spins ends as outcome says
+// (for the n-th spin), and every wait finds found bytes. It returns the number of waits
+// between consecutive spins, from the spin numbered from on.
+func spinGaps(t *testing.T, s *spinner, others func(*spinner) bool, waits, found, from int, outcome func(n int) bool) []int {
+	t.Helper()
+	var gaps []int
+	spins, last := 0, -1
+	for i := range waits {
+		if s.try(others) {
+			if spins >= from {
+				gaps = append(gaps, i-last)
+			}
+			last = i
+			if outcome(spins) {
+				s.hit()
+			} else {
+				s.missed()
+			}
+			spins++
+		}
+		s.foundAfterWait(found)
+	}
+	return gaps
+}
+
+func repeat(v, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// TestSpinnerSmallWaitsThatMiss: a direction whose waits find small amounts and whose
+// spins run out spins only at every 16th wait once its back-off has run (1 + 7 skipped,
+// then 15 probes skipped: one spin per 23 waits); where its waits find bulk data, or other
+// waits of the process are in progress, the back-off alone applies (one spin per 8).
+func TestSpinnerSmallWaitsThatMiss(t *testing.T) {
+	defer spinHint.Store(spinHint.Load())
+	never := func(int) bool { return false }
+	for _, tc := range []struct {
+		name   string
+		others func(*spinner) bool
+		found  int
+		gap    int
+	}{
+		{"small waits", alone, 4096, 1 + 7 + 15},
+		{"bulk waits", alone, 32 << 10, 1 + 7},
+		{"small waits beside other waits", company, 4096, 1 + 7},
+	} {
+		spinHint.Store(0)
+		var s spinner
+		// Spins 0-9 run the back-off to its end (skips 1, 3, 7, 7, ...) and the share of
+		// spins that ran out past a quarter (after the fifth); from the tenth on, the
+		// gaps are steady.
+		gaps := spinGaps(t, &s, tc.others, 2000, tc.found, 10, never)
+		require.NotEmpty(t, gaps, tc.name)
+		assert.Equal(t, repeat(tc.gap, len(gaps)), gaps, tc.name)
+	}
+}
+
+// TestSpinnerHalfCaught: spins that catch every other time (a gRPC unary call's reply
+// and its follow-ups) make a direction of small waits spin at most at every 16th wait
+// in the long run; with bulk finds it spins at least at every other wait.
+func TestSpinnerHalfCaught(t *testing.T) {
+	defer spinHint.Store(spinHint.Load())
+	half := func(n int) bool { return n%2 == 0 }
+	spinHint.Store(0)
+	var small spinner
+	gaps := spinGaps(t, &small, alone, 4000, 4096, 20, half)
+	waits := 0
+	for _, g := range gaps {
+		waits += g
+	}
+	assert.LessOrEqual(t, len(gaps)*probeEvery, waits, "small waits: %d spins in %d waits", len(gaps), waits)
+	assert.Greater(t, len(gaps), 0, "small waits: the probes go on")
+
+	spinHint.Store(0)
+	var bulk spinner
+	gaps = spinGaps(t, &bulk, alone, 4000, 64<<10, 20, half)
+	waits = 0
+	for _, g := range gaps {
+		waits += g
+	}
+	assert.GreaterOrEqual(t, 2*len(gaps), waits-2, "bulk waits: %d spins in %d waits", len(gaps), waits)
+}
+
+// TestSpinnerFoundDecays: the largest recent find counts until smaller ones have taken
+// it below bulkWait: 32 KiB stays bulk for two 100-byte finds (24 KiB, 18 KiB) and not
+// for a third (13.5 KiB).
+func TestSpinnerFoundDecays(t *testing.T) {
+	s := spinner{missing: 256} // every recent spin ran out
+	require.False(t, s.pays())
+	s.foundAfterWait(32 << 10)
+	require.Equal(t, 32<<10, s.found)
+	for i, want := range []int{24 << 10, 18 << 10} {
+		s.foundAfterWait(100)
+		require.Equal(t, want, s.found, "after small find %d", i+1)
+		require.True(t, s.pays(), "after small find %d", i+1)
+	}
+	s.foundAfterWait(100)
+	assert.Equal(t, 13824, s.found)
+	assert.False(t, s.pays())
+}
+
+// TestReadRecordsWhatItsWaitFound: a Read that waited records, for its spinner, the bytes
+// it found when the wait ended: all of a 17,000-byte write made while it waited.
+func TestReadRecordsWhatItsWaitFound(t *testing.T) {
+	r, w := pipe(t, Config{}, Config{})
+	const n = 17000
+	before := r.Stats().ReadWaits.Waits
+	done := make(chan int, 1)
+	go func() {
+		b := make([]byte, 64<<10)
+		got, err := io.ReadFull(r, b[:n])
+		assert.NoError(t, err)
+		done <- got
+	}()
+	// The write must land while the Read waits: wait for the wait to begin.
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Stats().ReadWaits.Waits == before {
+		require.True(t, time.Now().Before(deadline), "the Read never waited")
+		runtime.Gosched()
+	}
+	_, err := w.Write(make([]byte, n))
+	require.NoError(t, err)
+	require.Equal(t, n, <-done)
+	r.rx.mu.Lock()
+	found := r.rx.spin.found
+	r.rx.mu.Unlock()
+	assert.Equal(t, n, found)
+}
+
+// TestOthersWaitingCountsBusyWaits: for a direction's spinner, other waits are busy when
+// one of another connection ended after a sleep since the direction last asked; its own
+// waits, and connections that stay asleep, do not count.
+func TestOthersWaitingCountsBusyWaits(t *testing.T) {
+	// No end spins (BusyPoll -1): a spin in progress anywhere in the process counts too.
+	noSpin := Config{BusyPoll: -1}
+	a, aw := pipe(t, noSpin, noSpin)
+	b, bw := pipe(t, noSpin, noSpin)
+	_, idle := pipe(t, noSpin, noSpin)
+	go func() { _, _ = idle.Read(make([]byte, 1)) }() // sleeps until the test ends
+	// sleptRead makes r's Read sleep (BusyPoll -1: no spin) until w writes one byte.
+	sleptRead := func(r, w *Conn) {
+		before := r.Stats().ReadWaits.Waits
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.Read(make([]byte, 1))
+			done <- err
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for r.Stats().ReadWaits.Waits == before {
+			require.True(t, time.Now().Before(deadline), "the Read never waited")
+			runtime.Gosched()
+		}
+		_, err := w.Write([]byte{1})
+		require.NoError(t, err)
+		require.NoError(t, <-done)
+	}
+	look := func(c *Conn) bool {
+		c.rx.mu.Lock()
+		defer c.rx.mu.Unlock()
+		return othersWaiting(&c.rx.spin)
+	}
+	look(a)
+	look(b)
+	sleptRead(a, aw)
+	sleptRead(a, aw)
+	assert.False(t, look(a), "only a's own waits ended")
+	sleptRead(b, bw)
+	assert.True(t, look(a), "b's wait ended since a looked")
+	assert.False(t, look(a), "nothing ended since a looked")
+	assert.True(t, look(b), "a's waits ended since b looked")
+	sleptRead(b, bw)
+	assert.False(t, look(b), "only b's own wait ended since b looked")
+}
+
+// TestWaitCountsTheConnectionsTraffic: before a default wait spins or not, the spinner
+// counts what its connection moved both ways since the direction's last wait as found:
+// a reader of small answers on a connection whose writer streams stays a bulk direction.
+func TestWaitCountsTheConnectionsTraffic(t *testing.T) {
+	r, w := pipe(t, Config{}, Config{})
+	const n = 40000
+	drained := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(w, make([]byte, n))
+		drained <- err
+	}()
+	_, err := r.Write(make([]byte, n))
+	require.NoError(t, err)
+	require.NoError(t, <-drained)
+
+	before := r.Stats().ReadWaits.Waits
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(r, make([]byte, 10))
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Stats().ReadWaits.Waits == before {
+		require.True(t, time.Now().Before(deadline), "the Read never waited")
+		runtime.Gosched()
+	}
+	_, err = w.Write(make([]byte, 10))
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	r.rx.mu.Lock()
+	found, moved := r.rx.spin.found, r.rx.spin.moved
+	r.rx.mu.Unlock()
+	assert.GreaterOrEqual(t, found, n*3/4, "the 40,000 bytes written, less at most a quarter for the 10-byte find")
+	assert.EqualValues(t, n, moved, "the connection's bytes at the wait")
 }
