@@ -289,6 +289,9 @@ func (p *point) rawStream(size int) (*Result, error) {
 	if size%rawChunk != 0 {
 		return nil, fmt.Errorf("message size %d is not a multiple of %d", size, rawChunk)
 	}
+	// The point's recorder keeps the gRPC stream's connections (runRound lists their
+	// redials); the raw stream has its own.
+	defer func(rec *recorder) { p.rec = rec }(p.rec)
 	p.rec = newRecorder(p.transport, p.rawAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), p.warmup+p.duration+time.Minute)
 	defer cancel()
