@@ -239,9 +239,10 @@ func (c *Conn) peerWriting() bool {
 //     up to yieldSpin while yielding the CPU between checks (sched_yield), so that a peer
 //     woken onto this very CPU runs at once. The spin adapts (spinner): a wait that the
 //     spin did not satisfy makes the next waits skip it, exponentially, so a connection
-//     whose waits are long soon costs no CPU spinning; but a reader whose smcloop peer is
-//     between the segments of one write (cdc.Writing) spins regardless. A negative
-//     BusyPoll disables it.
+//     whose waits are long soon costs no CPU spinning, and a direction whose spins do not
+//     pay (small amounts, many misses, no other busy wait: spinFor) spins only at every
+//     16th wait; but a reader whose smcloop peer is between the segments of one write
+//     (cdc.Writing) spins regardless. A negative BusyPoll disables it.
 //  2. A short sleep on the wake word (shortSleep, futex), when no other goroutine of the
 //     process is running or runnable: the peer's next cursor update wakes it with one
 //     system call and no dispatcher, for waits up to shortSleepSpan (a bulk transfer's
@@ -433,10 +434,10 @@ func (s *spinner) foundAfterWait(n int) {
 	}
 }
 
-// spinFor reports whether a default wait with spinner sp spins (spinner.try). Before, it
-// counts what the connection moved both ways since the direction's last wait as found: a
-// stream's writer keeps its own reader of small window updates spinning, as a caught one
-// hands the writer its window at once.
+// spinFor reports whether a default wait with spinner sp spins (spinner.try). First it
+// counts what the connection moved both ways since the direction's last wait as found, so
+// that a stream's writer keeps its own reader of small window updates spinning: a caught
+// update hands the writer its window at once.
 func (c *Conn) spinFor(sp *spinner) bool {
 	total := c.rxBytes.Load() + c.txBytes.Load()
 	sp.foundAfterWait(int(min(total-sp.moved, 1<<30)))
