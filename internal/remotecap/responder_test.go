@@ -222,8 +222,12 @@ func TestCache(t *testing.T) {
 	clock := &fakeClock{time.Unix(1e6, 0)}
 	var probes atomic.Int64
 	answers := map[netip.AddrPort]error{}
+	// The first probe waits for gate, so that the second Lookup finds it in flight
+	// whatever the scheduler does; every later probe finds gate closed.
+	gate := make(chan struct{})
 	c := &Cache{Now: clock.now, ProbeFunc: func(_ context.Context, dst netip.AddrPort) (Caps, error) {
 		probes.Add(1)
+		<-gate
 		if err := answers[dst]; err != nil {
 			return Caps{}, err
 		}
@@ -235,7 +239,8 @@ func TestCache(t *testing.T) {
 	st, _ := c.Lookup(smc)
 	assert.Equal(t, Unknown, st)
 	st, _ = c.Lookup(smc)
-	assert.Equal(t, Unknown, st, "probe in flight or done; no second probe within ProbeInterval")
+	assert.Equal(t, Unknown, st, "probe in flight; no second probe within ProbeInterval")
+	close(gate)
 	c.Wait()
 	assert.Equal(t, int64(1), probes.Load())
 	st, caps := c.Lookup(smc)
