@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -166,12 +167,35 @@ func streamPair() ([2]int, error) {
 }
 
 // readFd reads from a non-blocking descriptor; the error is a bare syscall.Errno.
-func readFd(fd uintptr, buf []byte) (int, error) { return unix.Read(int(fd), buf) }
+//
+// It and sendNonblock are raw system calls: they never block, so they skip the
+// runtime's entersyscall/exitsyscall, which in a process whose Ps were all idle wakes
+// the sysmon thread as well (a futex wake and a thread woken on another CPU for every
+// doorbell; docs/HISTORY.md, "Raw doorbell calls").
+func readFd(fd uintptr, buf []byte) (int, error) {
+	var p unsafe.Pointer
+	if len(buf) > 0 {
+		p = unsafe.Pointer(&buf[0])
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(p), uintptr(len(buf)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
 
 // sendNonblock sends b on a socket without blocking and without SIGPIPE; the error is a
 // bare syscall.Errno.
 func sendNonblock(fd int, b []byte) error {
-	return unix.Send(fd, b, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	var p unsafe.Pointer
+	if len(b) > 0 {
+		p = unsafe.Pointer(&b[0])
+	}
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // checkStreamSocket checks that sock, received from a peer, is an AF_UNIX stream

@@ -26,7 +26,8 @@ func futexWait(addr *uint32, val uint32, d time.Duration) bool {
 }
 
 // futexWake wakes the sleepers on the shared word at addr (the owner's reader and
-// writer may both sleep on one word).
+// writer may both sleep on one word). FUTEX_WAKE never blocks: a raw system call, which
+// wakes no sysmon thread (ism's readFd).
 func futexWake(addr *uint32) {
-	syscall.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, 2, 0, 0, 0)
+	syscall.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWake, 2, 0, 0, 0)
 }
