@@ -173,11 +173,7 @@ func streamPair() ([2]int, error) {
 // the sysmon thread as well (a futex wake and a thread woken on another CPU for every
 // doorbell; docs/HISTORY.md, "Raw doorbell calls").
 func readFd(fd uintptr, buf []byte) (int, error) {
-	var p unsafe.Pointer
-	if len(buf) > 0 {
-		p = unsafe.Pointer(&buf[0])
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(p), uintptr(len(buf)))
+	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(len(buf)))
 	if e != 0 {
 		return 0, e
 	}
@@ -187,11 +183,7 @@ func readFd(fd uintptr, buf []byte) (int, error) {
 // sendNonblock sends b on a socket without blocking and without SIGPIPE; the error is a
 // bare syscall.Errno.
 func sendNonblock(fd int, b []byte) error {
-	var p unsafe.Pointer
-	if len(b) > 0 {
-		p = unsafe.Pointer(&b[0])
-	}
-	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
 	if e != 0 {
 		return e
 	}
