@@ -175,6 +175,11 @@ type benchReport struct {
 		VsTCP     map[string]float64 `json:"vs_tcp"`
 	} `json:"summary"`
 	Errors  []string `json:"errors"`
+	Wakeups struct {
+		Wakeups int    `json:"wakeups"`
+		OnWaker int    `json:"on_waker"`
+		Note    string `json:"note"`
+	} `json:"wakeups"`
 	Pinning *struct {
 		ClientCPU        int `json:"client_cpu"`
 		ServerCPU        int `json:"server_cpu"`
@@ -201,6 +206,16 @@ func TestStacksbench(t *testing.T) {
 	assert.Equal(t, benchWorkloads, rep.Workloads)
 	assert.Nil(t, rep.Pinning, "pinning without -pin")
 	assert.Contains(t, out, "\n  pinning    none: the scheduler places client and server\n")
+	// The placement probe's sentence is in the header: what it found where it could run
+	// (two CPUs), or why not.
+	const wakeLine = "\n  wake-ups   of a thread that another wakes and then keeps its CPU busy (two threads, unpinned):\n             "
+	if w := rep.Wakeups; w.Note == "" {
+		assert.Positive(t, w.Wakeups)
+		assert.LessOrEqual(t, w.OnWaker, w.Wakeups)
+		assert.Contains(t, out, fmt.Sprintf("%s%.0f%% of %d ran on their busy waker's CPU", wakeLine, 100*float64(w.OnWaker)/float64(w.Wakeups), w.Wakeups))
+	} else {
+		assert.Contains(t, out, wakeLine+w.Note+"\n")
+	}
 
 	seen := map[string]int{}
 	for _, r := range rep.Results {
@@ -224,11 +239,11 @@ func TestStacksbench(t *testing.T) {
 		}
 		if r.Workload == "http-get-1MiB-1conn" {
 			// One connection: the request split into phases, and the memory bound.
-			keys = append(keys, "phase_request_us", "phase_response_us", "phase_body_us", "phase_check_us", "mem_copy_us", "mem_compare_us", "mem_cpus")
+			keys = append(keys, "phase_request_us", "phase_response_us", "phase_body_us", "phase_check_us", "mem_fill_us", "mem_copy_us", "mem_compare_us", "mem_cpus")
 		}
 		if r.Workload == "grpc-stream-64KiB" {
 			// The same bytes streamed raw on the transport, for the stack's own CPU.
-			keys = append(keys, "raw_cpu_us_per_op", "raw_mb_per_s", "raw_cpu_cores")
+			keys = append(keys, "raw_cpu_us_per_op", "raw_client_cpu_us_per_op", "raw_mb_per_s", "raw_cpu_cores")
 			assert.Equal(t, float64(runtime.NumCPU()), r.Metrics["stack_cpus"], "%s on %s", r.Workload, r.Transport)
 		}
 		if r.Workload == "http-default-transport-8" {
@@ -348,13 +363,30 @@ func TestStacksbench(t *testing.T) {
 	// the stack's lowest CPU per message gives.
 	_, stream, _ := strings.Cut(tables, "\nGRPC STREAM 64 KiB  ")
 	stream, _, _ = strings.Cut(stream, "\nNET/HTTP GET 1 MiB, 1 CONNECTION  ")
-	rawRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+[\d,.]+\s+[\d,.]+\s+-?[\d,.]+\s*$`)
+	rawRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+[\d,.]+\s+[\d,.]+\s+-?[\d,.]+\s+-?[\d,.]+\s+[\d.]+\s*$`)
 	assert.Len(t, rawRow.FindAllString(stream, -1), 3, "the raw streams' rows:\n%s", stream)
 	assert.Regexp(t, `\n  bound: \d+ CPUs running nothing but the stack, at its lowest CPU per msg above \([\d.,]+ µs\), and a transport\n  that costs nothing: [\d,]+ msgs/s, [\d,.]+ MB/s, [\d.]+x tcp\n`, stream)
-	// The phases of a 1 MiB GET: a row per transport and the bound, seven figures each.
+	// The client's own bound, where some client's stack CPU (less its raw stream's) came
+	// out positive in so short a run.
+	clientStack := false
+	for _, s := range rep.Summary {
+		if s.Workload == "grpc-stream-64KiB" && s.Median["client_cpu_us_per_op"] > s.Median["raw_client_cpu_us_per_op"] {
+			clientStack = true
+		}
+	}
+	clientBound := regexp.MustCompile(`\n  one client CPU: the client's stack alone at its lowest CPU per msg above \([\d.,]+ µs\), on the one CPU a client\n  that keeps one busy has: [\d,]+ msgs/s, [\d,.]+ MB/s, [\d.]+x tcp\n`)
+	assert.Equal(t, clientStack, clientBound.MatchString(stream), "the one-client-CPU bound:\n%s", stream)
+	// The phases of a 1 MiB GET: a row per transport and the bound, seven figures each;
+	// unpinned where most wake-ups ran on the waker's CPU, also the bound with the copies
+	// taking turns.
 	_, phases, _ := strings.Cut(tables, "\nNET/HTTP GET 1 MiB, 1 CONNECTION, PHASES")
-	phaseRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix|bound)(\s+[\d,.]+){6}\s+[\d.]+x\s*$`)
-	assert.Len(t, phaseRow.FindAllString(phases, -1), 4, "the phases' rows:\n%s", phases)
+	phaseRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix|bound|bound, turns)(\s+[\d,.]+){6}\s+[\d.]+x\s*$`)
+	rowsWant := 4
+	if w := rep.Wakeups; w.Wakeups > 0 && 2*w.OnWaker >= w.Wakeups {
+		rowsWant = 5
+		assert.Contains(t, phases, fmt.Sprintf("\n  unpinned, %.0f%% of the wake-ups in the header ran on their waker's busy CPU,", 100*float64(w.OnWaker)/float64(w.Wakeups)))
+	}
+	assert.Len(t, phaseRow.FindAllString(phases, -1), rowsWant, "the phases' rows:\n%s", phases)
 	// The server-saw column lists every mode it saw: a pool that churns connections may close
 	// one before its handshake, and the listener then takes it as a plain client (PEERNOSMC).
 	probeRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+\d+,\d+\s+[\d.]+\s+[\d.]+x\s+[\d,.]+\s+[\d,.]+\s+[\d,.]+\s+(SMCD|plain)×\d+([ \t]+\S.*×\d+)?[ \t]*$`)

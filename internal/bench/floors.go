@@ -10,12 +10,16 @@ import (
 	"time"
 
 	"github.com/smcloop/smcloop/internal/cpupin"
+	"github.com/smcloop/smcloop/internal/wakeprobe"
 )
 
 // measureFloors measures copy() for every size and the cache-line round trip between two
-// threads, on cpus[0] and cpus[1] when those are not negative. Each figure takes about dur.
+// threads, on cpus[0] and cpus[1] when those are not negative, each in about dur; and
+// where the scheduler runs a woken thread (wakeProbes wake-ups, unpinned whatever cpus
+// say: the placement an unpinned run gets).
 func measureFloors(sizes []int, dur time.Duration, cpus [2]int) Floors {
 	var f Floors
+	f.Wakeups = wakeprobe.Measure(wakeProbes)
 	f.CacheLineRTTNS, f.CacheLineNote = cacheLineRTT(dur, cpus)
 	sizes = slices.Clone(sizes)
 	slices.Sort(sizes)
@@ -24,6 +28,9 @@ func measureFloors(sizes []int, dur time.Duration, cpus [2]int) Floors {
 	}
 	return f
 }
+
+// wakeProbes is how many wake-ups the placement probe makes: about 50 ms.
+const wakeProbes = 200
 
 // floorBatch is the length of one timed batch in a floor measurement. A floor is the
 // fastest batch, not the average: it bounds what is possible, and on a shared machine

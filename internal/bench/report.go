@@ -150,6 +150,11 @@ func (r *Results) writeHeader(w io.Writer) {
 		field("floors", "cache-line ping-pong %s;", r.Floors.CacheLineNote)
 	}
 	field("", "copy() of each message size, in-process: in the tables")
+	field("wake-ups", "of a thread that another wakes and then keeps its CPU busy (two threads, unpinned):")
+	field("", "%s", r.Floors.Wakeups)
+	if k := r.Floors.Wakeups.Knobs; k != "" {
+		field("", "this kernel's scheduler has settings mainline Linux lacks: %s", k)
+	}
 }
 
 func (r *Results) writeLatency(w io.Writer) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/smcloop/smcloop/internal/wakeprobe"
 )
 
 // Schema names the layout of the JSON that WriteJSON produces; it changes when a field
@@ -99,6 +101,10 @@ type Floors struct {
 	// CacheLineNote says where the two threads ran, or why the round trip was not measured.
 	CacheLineNote string      `json:"cacheline_note"`
 	Copy          []CopyFloor `json:"copy"`
+	// Wakeups is where the scheduler ran a thread of this process that another woke
+	// while it kept its CPU busy, and how soon (internal/wakeprobe): whether an unpinned
+	// client and server that wake each other run side by side or take turns on one CPU.
+	Wakeups wakeprobe.Result `json:"wakeups"`
 }
 
 // CopyFloor is the speed of copy() of Size bytes between two buffers, in a loop.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/wakeprobe"
 )
 
 func sampleResults() *Results {
@@ -20,7 +22,8 @@ func sampleResults() *Results {
 		Settings: Settings{Transports: []string{"smcd", "tcp"}, Baseline: "tcp", LatSizes: []int{14},
 			BWSizes: []int{64000}, DurationNS: 1e9, WarmupNS: 2e8, Rounds: 2, Pinned: true, ClientCPU: 0, ServerCPU: 1},
 		Floors: Floors{CacheLineRTTNS: 123.5, CacheLineNote: "two threads pinned to CPUs 0 and 1",
-			Copy: []CopyFloor{{Size: 14, BytesPerSec: 3.5e9, NSPerCopy: 4.0}, {Size: 64000, BytesPerSec: 2.5e10, NSPerCopy: 2560}}},
+			Copy:    []CopyFloor{{Size: 14, BytesPerSec: 3.5e9, NSPerCopy: 4.0}, {Size: 64000, BytesPerSec: 2.5e10, NSPerCopy: 2560}},
+			Wakeups: wakeprobe.Result{Wakeups: 200, OnWaker: 190, OnWakerP50NS: 1900, ElsewhereP50NS: 37_000, Knobs: "kernel.sched_vcpu_pack=15"}},
 		Latency: []LatencyPoint{{Size: 14, FloorNS: 131.5, Results: []LatencyResult{
 			{Transport: "smcd", LatencyStats: LatencyStats{Samples: 150000, ElapsedNS: 2e9, MinNS: 9000, MeanNS: 13200.25,
 				P50NS: 12800, P90NS: 14000, P99NS: 20100, P999NS: 40300, MaxNS: 900000},
@@ -58,7 +61,8 @@ func TestJSONRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, got, "round trip")
 	for _, key := range []string{`"schema": "smcloop-bench/1"`, `"p999_ns": 40300`, `"nproc": 2`, `"kernel": "6.18.44"`,
-		`"bytes_received": 12800000000`, `"date": "2026-03-01T12:34:56Z"`, `"client_ops": 150000`, `"server_sys_ns": 400000000`} {
+		`"bytes_received": 12800000000`, `"date": "2026-03-01T12:34:56Z"`, `"client_ops": 150000`, `"server_sys_ns": 400000000`,
+		`"on_waker": 190`, `"elsewhere_p50_ns": 37000`, `"knobs": "kernel.sched_vcpu_pack=15"`} {
 		assert.Contains(t, buf.String(), key, "JSON")
 	}
 	_, err = ReadJSON(strings.NewReader(`{"schema": "other/1"}`))
@@ -72,6 +76,9 @@ func TestWriteText(t *testing.T) {
 	for _, want := range []string{
 		"  command   smcloop bench --lat-sizes '1:64K:*2'",
 		"  pinning   client on CPU 0, server on CPU 1 (sched_setaffinity)",
+		"  wake-ups  of a thread that another wakes and then keeps its CPU busy (two threads, unpinned):\n" +
+			"            95% of 200 ran on their busy waker's CPU (p50 1.9 µs after the wake call), the others on another CPU (p50 37.0 µs)\n" +
+			"            this kernel's scheduler has settings mainline Linux lacks: kernel.sched_vcpu_pack=15\n",
 		"  size  transport    p50    p99  p99.9   mean  samples  p50 spread  vs tcp  vs floor  cpu/rt  cores  cpu vs tcp",
 		"  14 B  smcd       12.80  20.10  40.30  13.20  150,000       ±0.8%   0.50x     97.3x   22.67   1.70       0.66x",
 		"        tcp        25.60  40.00  80.00  28.00   70,000       ±2.3%   1.00x      195x   34.29   1.20       1.00x",

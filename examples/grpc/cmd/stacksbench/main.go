@@ -41,6 +41,7 @@ import (
 	"github.com/smcloop/smcloop"
 	"github.com/smcloop/smcloop/examples/grpc/internal/child"
 	"github.com/smcloop/smcloop/internal/cpupin"
+	"github.com/smcloop/smcloop/internal/wakeprobe"
 )
 
 func main() {
@@ -101,6 +102,8 @@ func main() {
 	for _, w := range wls {
 		r.Workloads = append(r.Workloads, w.name)
 	}
+	// Before -pin: the placement an unpinned run gets.
+	r.Wakeups = wakeprobe.Measure(200)
 	cpus, count := cpupin.FirstTwo()
 	if count >= 2 {
 		boundCPUs = &cpus

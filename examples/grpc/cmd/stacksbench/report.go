@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+
+	"github.com/smcloop/smcloop/internal/wakeprobe"
 )
 
 // Result is one measurement: a workload on a transport in a round.
@@ -86,10 +88,13 @@ type Report struct {
 	Workloads  []string `json:"workloads"`
 	IgnoredEnv []string `json:"ignored_env,omitempty"`
 	// Pinning is nil unless -pin was given.
-	Pinning *Pinning   `json:"pinning,omitempty"`
-	Results []*Result  `json:"results"`
-	Summary []*Summary `json:"summary"`
-	Errors  []string   `json:"errors"`
+	Pinning *Pinning `json:"pinning,omitempty"`
+	// Wakeups is where the scheduler runs a thread another wakes while it keeps its CPU
+	// busy, measured before any pinning (internal/wakeprobe).
+	Wakeups wakeprobe.Result `json:"wakeups"`
+	Results []*Result        `json:"results"`
+	Summary []*Summary       `json:"summary"`
+	Errors  []string         `json:"errors"`
 	// ClientProcess and ServerProcesses are smcloop.ProcessStatistics handshake
 	// outcomes: this process's dials, and the server children's accepts added up.
 	ClientProcess   handshakes `json:"client_process"`
@@ -285,6 +290,11 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 	} else {
 		fmt.Fprintf(out, "  pinning    none: the scheduler places client and server\n")
 	}
+	fmt.Fprintf(out, "  wake-ups   of a thread that another wakes and then keeps its CPU busy (two threads, unpinned):\n")
+	fmt.Fprintf(out, "             %s\n", r.Wakeups)
+	if k := r.Wakeups.Knobs; k != "" {
+		fmt.Fprintf(out, "             this kernel's scheduler has settings mainline Linux lacks: %s\n", k)
+	}
 	if len(r.IgnoredEnv) > 0 {
 		fmt.Fprintf(out, "  ignored    %s (unset: smcloop runs with its defaults)\n", strings.Join(r.IgnoredEnv, ", "))
 	}
@@ -453,17 +463,20 @@ var phaseKeys = []string{"phase_request_us", "phase_response_us", "phase_body_us
 
 // writeStackBound prints, for a stream workload, what its transports' raw streams of the
 // same bytes cost, the stack's own CPU per message that leaves, and the rate the stack
-// alone would reach on every CPU: a bound for any transport.
+// alone would reach on every CPU: a bound for any transport. It adds the client's side
+// of that (its CPU per message less its raw stream's, and the CPUs it kept busy), and the
+// rate its stack alone would reach on one CPU, as the clients ran here.
 func (r *Report) writeStackBound(out io.Writer, w workload) {
 	type row struct {
-		tr                string
-		raw, rawMB, stack float64
+		tr                                 string
+		raw, rawMB, stack, client, clCores float64
 	}
 	var (
-		rows  []row
-		best  = math.Inf(1)
-		cpus  float64
-		tcpMB float64
+		rows       []row
+		best       = math.Inf(1)
+		bestClient = math.Inf(1)
+		cpus       float64
+		tcpMB      float64
 	)
 	for _, tr := range r.Transports {
 		s := r.summary(w.name, tr)
@@ -474,39 +487,53 @@ func (r *Report) writeStackBound(out io.Writer, w workload) {
 		if !ok {
 			continue
 		}
-		st := s.Median["cpu_us_per_op"] - raw
-		rows = append(rows, row{tr, raw, s.Median["raw_mb_per_s"], st})
-		if st > 0 {
-			best = min(best, st)
+		m := s.Median
+		x := row{tr: tr, raw: raw, rawMB: m["raw_mb_per_s"], stack: m["cpu_us_per_op"] - raw,
+			client:  m["client_cpu_us_per_op"] - m["raw_client_cpu_us_per_op"],
+			clCores: m["client_cpu_us_per_op"] * m["ops_per_s"] / 1e6}
+		rows = append(rows, x)
+		if x.stack > 0 {
+			best = min(best, x.stack)
 		}
-		cpus = s.Median["stack_cpus"]
+		if x.client > 0 {
+			bestClient = min(bestClient, x.client)
+		}
+		cpus = m["stack_cpus"]
 		if tr == "tcp" {
-			tcpMB = s.Median["mb_per_s"]
+			tcpMB = m["mb_per_s"]
 		}
 	}
 	if len(rows) == 0 {
 		return
 	}
 	fmt.Fprintf(out, "\n  the same bytes without gRPC, per %s: a raw stream on each transport after its gRPC one (32 KiB writes and\n", w.unit)
-	fmt.Fprintf(out, "  reads, as gRPC's buffers make them; every byte checked), and the stack's CPU that leaves (CPU µs/%s - raw)\n\n", w.unit)
+	fmt.Fprintf(out, "  reads, as gRPC's buffers make them; every byte checked), and the stack's CPU that leaves (CPU µs/%s - raw);\n", w.unit)
+	fmt.Fprintf(out, "  the same for the client alone, and the CPUs the client kept busy in the gRPC stream\n\n")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  transport\traw MB/s\traw CPU µs/%s\tstack CPU µs/%s\t\n", w.unit, w.unit)
+	fmt.Fprintf(tw, "  transport\traw MB/s\traw CPU µs/%s\tstack CPU µs/%s\tclient stack CPU µs/%s\tclient cores busy\t\n", w.unit, w.unit, w.unit)
 	for _, x := range rows {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\n", x.tr, num(x.rawMB), num(x.raw), num(x.stack))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%.2f\t\n", x.tr, num(x.rawMB), num(x.raw), num(x.stack), num(x.client), x.clCores)
 	}
 	tw.Flush()
 	if math.IsInf(best, 1) || cpus < 1 {
 		fmt.Fprintf(out, "\n  bound: -\n")
 		return
 	}
-	rate := cpus * 1e6 / best
-	mb := rate * float64(w.size) / 1e6
-	vs := "-"
-	if tcpMB > 0 {
-		vs = fmt.Sprintf("%.2fx tcp", mb/tcpMB)
+	rate := func(cpus, perOp float64) string {
+		ops := cpus * 1e6 / perOp
+		mb := ops * float64(w.size) / 1e6
+		vs := "-"
+		if tcpMB > 0 {
+			vs = fmt.Sprintf("%.2fx tcp", mb/tcpMB)
+		}
+		return fmt.Sprintf("%s %ss/s, %s MB/s, %s", commas(int64(ops)), w.unit, num(mb), vs)
 	}
 	fmt.Fprintf(out, "\n  bound: %.0f CPUs running nothing but the stack, at its lowest CPU per %s above (%s µs), and a transport\n", cpus, w.unit, num(best))
-	fmt.Fprintf(out, "  that costs nothing: %s %ss/s, %s MB/s, %s\n", commas(int64(rate)), w.unit, num(mb), vs)
+	fmt.Fprintf(out, "  that costs nothing: %s\n", rate(cpus, best))
+	if !math.IsInf(bestClient, 1) {
+		fmt.Fprintf(out, "  one client CPU: the client's stack alone at its lowest CPU per %s above (%s µs), on the one CPU a client\n", w.unit, num(bestClient))
+		fmt.Fprintf(out, "  that keeps one busy has: %s\n", rate(1, bestClient))
+	}
 }
 
 // writePhases prints the phases of a one-connection GET workload, and the bound they
@@ -548,9 +575,10 @@ func (r *Report) writePhases(out io.Writer, w workload) {
 		return fmt.Sprintf("%.2fx", tcpTotal/t)
 	}
 	bound := []float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
-	boundCPUs := 2.0
+	boundCPUs, fill := 2.0, math.Inf(1)
 	for _, s := range rows {
 		boundCPUs = min(boundCPUs, s.Median["mem_cpus"])
+		fill = min(fill, s.Median["mem_fill_us"])
 		v := phaseValues(s)
 		bound[0], bound[1] = min(bound[0], v[0]), min(bound[1], v[1])
 		bound[2], bound[3] = min(bound[2], s.Median["mem_copy_us"]), min(bound[3], s.Median["mem_compare_us"])
@@ -559,12 +587,26 @@ func (r *Report) writePhases(out io.Writer, w workload) {
 	}
 	t := total(bound)
 	fmt.Fprintf(tw, "  bound\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", num(bound[0]), num(bound[1]), num(bound[2]), num(bound[3]), num(t), num(1e6/t), vs(t))
+	// Unpinned, where the scheduler runs most woken threads on their waker's busy CPU,
+	// the server's copy into the buffer and the client's copy out of it take turns.
+	packed := r.Pinning == nil && r.Wakeups.Wakeups > 0 && r.Wakeups.Share() >= 0.5
+	if packed {
+		turns := slices.Clone(bound)
+		turns[2] += fill
+		t := total(turns)
+		fmt.Fprintf(tw, "  bound, turns\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", num(turns[0]), num(turns[1]), num(turns[2]), num(turns[3]), num(t), num(1e6/t), vs(t))
+	}
 	tw.Flush()
 	fmt.Fprintf(out, "\n  bound: the fastest request and response legs of this run; the body as one copy() into the client's\n")
 	fmt.Fprintf(out, "  buffer of bytes another CPU has just written, the check as one comparison after it (in-process, medians\n")
 	fmt.Fprintf(out, "  of 200): what a transport that cost nothing beyond the copy its reader must make would reach here\n")
 	if boundCPUs < 2 {
 		fmt.Fprintf(out, "  (here writer and copy took turns on one CPU: this process may not run on a second)\n")
+	}
+	if packed {
+		fmt.Fprintf(out, "  bound, turns: the same with the server's copy of the body into the buffer (%s µs) before the client's:\n", num(fill))
+		fmt.Fprintf(out, "  unpinned, %.0f%% of the wake-ups in the header ran on their waker's busy CPU, so a writer and the reader\n", 100*r.Wakeups.Share())
+		fmt.Fprintf(out, "  it wakes take turns there rather than copy side by side (-pin gives each its own CPU)\n")
 	}
 }
 

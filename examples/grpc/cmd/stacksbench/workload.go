@@ -271,6 +271,7 @@ func (p *point) stream(size int) (*Result, error) {
 		return nil, fmt.Errorf("raw stream: %w", err)
 	}
 	r.Metrics["raw_cpu_us_per_op"] = raw.Metrics["cpu_us_per_op"]
+	r.Metrics["raw_client_cpu_us_per_op"] = raw.Metrics["client_cpu_us_per_op"]
 	r.Metrics["raw_mb_per_s"] = raw.Metrics["mb_per_s"]
 	r.Metrics["raw_cpu_cores"] = raw.Metrics["cpu_cores"]
 	r.Metrics["stack_cpus"] = float64(allowedCPUs)
@@ -417,11 +418,12 @@ func (g *getter) get(ctx context.Context, seq uint64) error {
 // memoryBound measures, in this process, what the body and check phases of a size-byte
 // GET cost at least: the body as one copy() into the client's buffer of bytes another
 // CPU has just written (as the server did), the check as one comparison with the
-// pattern right after it; medians of rounds, µs each. With two CPUs (boundCPUs) the
+// pattern right after it; and the writer's copy of the pattern into that buffer (the
+// server's part of the body). Medians of rounds, µs each. With two CPUs (boundCPUs) the
 // writer runs on the second and the copy on the first, where -pin puts server and
 // client; with one, both on it. cpus says on how many CPUs it ran. Both threads get their
 // CPU masks back before they go back to the runtime.
-func memoryBound(size int) (copyUS, compareUS float64, cpus int) {
+func memoryBound(size int) (fillUS, copyUS, compareUS float64, cpus int) {
 	pinned := boundCPUs != nil
 	runtime.LockOSThread()
 	var restore func() error
@@ -432,7 +434,7 @@ func memoryBound(size int) (copyUS, compareUS float64, cpus int) {
 	}
 	defer release(restore)
 	src, dst, pattern := make([]byte, size), make([]byte, size), bulk.Pattern(1, size)
-	fill, filled := make(chan struct{}), make(chan struct{})
+	fill, filled := make(chan struct{}), make(chan time.Duration)
 	go func() {
 		runtime.LockOSThread()
 		var restore func() error
@@ -440,16 +442,17 @@ func memoryBound(size int) (copyUS, compareUS float64, cpus int) {
 			restore, _ = cpupin.Thread(boundCPUs[1])
 		}
 		for range fill {
+			t0 := time.Now()
 			copy(src, pattern)
-			filled <- struct{}{}
+			filled <- time.Since(t0)
 		}
 		release(restore)
-		filled <- struct{}{} // the thread has its mask back, or ends with this goroutine
+		filled <- 0 // the thread has its mask back, or ends with this goroutine
 	}()
-	var cp, cmp []float64
+	var fl, cp, cmp []float64
 	for range 200 {
 		fill <- struct{}{}
-		<-filled
+		fl = append(fl, us(<-filled))
 		t0 := time.Now()
 		copy(dst, src)
 		t1 := time.Now()
@@ -464,7 +467,7 @@ func memoryBound(size int) (copyUS, compareUS float64, cpus int) {
 	if pinned {
 		cpus = 2
 	}
-	return median(cp), median(cmp), cpus
+	return median(fl), median(cp), median(cmp), cpus
 }
 
 // boundCPUs are the memory bound's two CPUs (nil with fewer than two): the first two this
@@ -532,8 +535,8 @@ func (p *point) httpGet(size, workers int) (*Result, error) {
 	r.Metrics["phase_response_us"] = median(phases.response)
 	r.Metrics["phase_body_us"] = median(phases.body)
 	r.Metrics["phase_check_us"] = median(phases.check)
-	copyUS, compareUS, cpus := memoryBound(size)
-	r.Metrics["mem_copy_us"], r.Metrics["mem_compare_us"], r.Metrics["mem_cpus"] = copyUS, compareUS, float64(cpus)
+	fillUS, copyUS, compareUS, cpus := memoryBound(size)
+	r.Metrics["mem_fill_us"], r.Metrics["mem_copy_us"], r.Metrics["mem_compare_us"], r.Metrics["mem_cpus"] = fillUS, copyUS, compareUS, float64(cpus)
 	return r, nil
 }
 
