@@ -50,8 +50,11 @@
 // with an error matching ErrMismatch. A server child reports failure as one line
 // "FAIL <kind> <text>" on its stdout before exiting non-zero.
 //
-// Floors (copy() bandwidth and the cache-line ping-pong between two threads) are measured
-// in-process and printed beside the tables: they bound what any transport can reach.
+// Floors (copy() bandwidth, the cache-line ping-pong between two threads, and a stream of
+// each size between two threads that copy every byte in and out and check it) are measured
+// in-process and printed beside the tables: they bound what any transport (the last, any
+// that copies in and out) can reach. The header also says where the scheduler runs a woken
+// thread (internal/wakeprobe), which decides how much of that an unpinned run can use.
 //
 // A transport whose I/O fails with an error matching ErrFallback has left its own path in
 // the middle of a measurement: that round posts no figure and is recorded as fallen

@@ -319,6 +319,13 @@ func (r *Results) writeStream(w io.Writer) {
 		if p.CopyBytesPerSec > 0 {
 			t.add("", "copy()", megabytes(p.CopyBytesPerSec), group(fmt.Sprintf("%.0f", p.CopyBytesPerSec/float64(p.Size))))
 		}
+		if p.PipeBytesPerSec > 0 {
+			row := []string{"", "2 copies", megabytes(p.PipeBytesPerSec), group(fmt.Sprintf("%.0f", p.PipeBytesPerSec/float64(p.Size)))}
+			if multi {
+				row = append(row, "")
+			}
+			t.add(append(row, ratio(p.PipeBytesPerSec, baseRate), percent(p.PipeBytesPerSec, p.CopyBytesPerSec))...)
+		}
 	}
 	t.write(w, "  ")
 	var notes []string
@@ -340,6 +347,12 @@ func (r *Results) writeLegend(w io.Writer) {
 	if len(r.Stream) > 0 {
 		fmt.Fprintf(w, "  Throughput: MB = 10^6 bytes; vs %s = MB/s / MB/s of %s (above 1 is faster);\n", base, base)
 		fmt.Fprintf(w, "  of copy() = share of the in-process copy() bandwidth for S-byte buffers.\n")
+		if r.hasPipe() {
+			fmt.Fprintf(w, "  2 copies = S-byte messages through a 1 MiB ring between two threads on the floors' CPUs,\n")
+			fmt.Fprintf(w, "  each byte copied in, copied out and checked, both spinning on the cursors: the most a\n")
+			fmt.Fprintf(w, "  transport that copies every byte in and out (any net.Conn between two processes) can\n")
+			fmt.Fprintf(w, "  reach here, and its vs %s the most such a transport can show.\n", base)
+		}
 	}
 	if r.Settings.Rounds > 1 {
 		fmt.Fprintf(w, "  spread = half the range across rounds, relative to the figure over all rounds.\n")
@@ -351,6 +364,16 @@ func (r *Results) writeLegend(w io.Writer) {
 		fmt.Fprintf(w, "\n  WARNING: a transport beat a floor, so that floor was measured while the CPUs were\n")
 		fmt.Fprintf(w, "  busy with something else; treat the floors of this run as unreliable.\n")
 	}
+}
+
+// hasPipe reports whether any stream point has a two-copy floor.
+func (r *Results) hasPipe() bool {
+	for _, p := range r.Stream {
+		if p.PipeBytesPerSec > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // beatsFloor reports whether any figure is better than its floor, which is impossible

@@ -101,6 +101,9 @@ type Floors struct {
 	// CacheLineNote says where the two threads ran, or why the round trip was not measured.
 	CacheLineNote string      `json:"cacheline_note"`
 	Copy          []CopyFloor `json:"copy"`
+	// Pipe is, for each stream size, the fastest stream through a ring between two
+	// threads that copy every byte in and out and check it (pipeFloor).
+	Pipe []PipeFloor `json:"pipe,omitempty"`
 	// Wakeups is where the scheduler ran a thread of this process that another woke
 	// while it kept its CPU busy, and how soon (internal/wakeprobe): whether an unpinned
 	// client and server that wake each other run side by side or take turns on one CPU.
@@ -112,6 +115,15 @@ type CopyFloor struct {
 	Size        int     `json:"size"`
 	BytesPerSec float64 `json:"bytes_per_sec"`
 	NSPerCopy   float64 `json:"ns_per_copy"`
+}
+
+// PipeFloor is the fastest stream of Size-byte messages through a ring between two threads,
+// every byte copied in and out and checked: the bound of a transport that copies each byte
+// in and out, as every net.Conn between two processes does.
+type PipeFloor struct {
+	Size        int     `json:"size"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+	NSPerMsg    float64 `json:"ns_per_msg"`
 }
 
 // LatencyPoint holds the ping-pong results for one message size.
@@ -157,7 +169,9 @@ type LatencyStats struct {
 type StreamPoint struct {
 	Size int `json:"size"`
 	// CopyBytesPerSec is copy() bandwidth for Size-byte buffers; 0 if not measured.
-	CopyBytesPerSec float64        `json:"copy_bytes_per_sec"`
+	CopyBytesPerSec float64 `json:"copy_bytes_per_sec"`
+	// PipeBytesPerSec is the two-copy stream's (Floors.Pipe); 0 if not measured.
+	PipeBytesPerSec float64        `json:"pipe_bytes_per_sec,omitempty"`
 	Results         []StreamResult `json:"results"`
 }
 

@@ -23,6 +23,7 @@ func sampleResults() *Results {
 			BWSizes: []int{64000}, DurationNS: 1e9, WarmupNS: 2e8, Rounds: 2, Pinned: true, ClientCPU: 0, ServerCPU: 1},
 		Floors: Floors{CacheLineRTTNS: 123.5, CacheLineNote: "two threads pinned to CPUs 0 and 1",
 			Copy:    []CopyFloor{{Size: 14, BytesPerSec: 3.5e9, NSPerCopy: 4.0}, {Size: 64000, BytesPerSec: 2.5e10, NSPerCopy: 2560}},
+			Pipe:    []PipeFloor{{Size: 64000, BytesPerSec: 1.2e10, NSPerMsg: 5333.25}},
 			Wakeups: wakeprobe.Result{Wakeups: 200, OnWaker: 190, OnWakerP50NS: 1900, ElsewhereP50NS: 37_000, Knobs: "kernel.sched_vcpu_pack=15"}},
 		Latency: []LatencyPoint{{Size: 14, FloorNS: 131.5, Results: []LatencyResult{
 			{Transport: "smcd", LatencyStats: LatencyStats{Samples: 150000, ElapsedNS: 2e9, MinNS: 9000, MeanNS: 13200.25,
@@ -34,7 +35,7 @@ func sampleResults() *Results {
 				Rounds: []LatencyStats{{Samples: 35000, P50NS: 25000}, {Samples: 35000, P50NS: 26200}},
 				CPU:    sampleCPU(0.4e9, 0.8e9, 70000, 0.3e9, 0.9e9, 70000)},
 		}}},
-		Stream: []StreamPoint{{Size: 64000, CopyBytesPerSec: 2.5e10, Results: []StreamResult{
+		Stream: []StreamPoint{{Size: 64000, CopyBytesPerSec: 2.5e10, PipeBytesPerSec: 1.2e10, Results: []StreamResult{
 			{Transport: "smcd", StreamStats: StreamStats{BytesPerSec: 5e9, MsgsPerSec: 78125, WindowBytes: 1e10, WindowNS: 2e9,
 				MessagesSent: 200000, BytesSent: 12800000000, MessagesReceived: 200000, BytesReceived: 12800000000, SenderBytesPerSec: 5.1e9,
 				CPU: sampleCPU(0.9e9, 0.1e9, 200000, 0.8e9, 0.2e9, 156250)},
@@ -62,7 +63,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	require.Equal(t, want, got, "round trip")
 	for _, key := range []string{`"schema": "smcloop-bench/1"`, `"p999_ns": 40300`, `"nproc": 2`, `"kernel": "6.18.44"`,
 		`"bytes_received": 12800000000`, `"date": "2026-03-01T12:34:56Z"`, `"client_ops": 150000`, `"server_sys_ns": 400000000`,
-		`"on_waker": 190`, `"elsewhere_p50_ns": 37000`, `"knobs": "kernel.sched_vcpu_pack=15"`} {
+		`"on_waker": 190`, `"pipe_bytes_per_sec": 12000000000`, `"ns_per_msg": 5333.25`, `"elsewhere_p50_ns": 37000`, `"knobs": "kernel.sched_vcpu_pack=15"`} {
 		assert.Contains(t, buf.String(), key, "JSON")
 	}
 	_, err = ReadJSON(strings.NewReader(`{"schema": "other/1"}`))
@@ -87,6 +88,9 @@ func TestWriteText(t *testing.T) {
 		"  64000 B  smcd        5,000.0   78,125   ±2.0%   2.00x      20.0%    11.40   1.00       0.47x",
 		"           tcp         2,500.0   39,062   ±0.0%   1.00x      10.0%    24.08   1.05       1.00x",
 		"           copy()     25,000.0  390,625",
+		"           2 copies   12,000.0  187,500           4.80x      48.0%",
+		"  2 copies = S-byte messages through a 1 MiB ring between two threads on the floors' CPUs,",
+		"  reach here, and its vs tcp the most such a transport can show.",
 		"  CPU: user+system time of client and server (getrusage, each whole process) over the",
 	} {
 		assert.Contains(t, out, "\n"+want+"\n")

@@ -281,7 +281,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		if !cfg.Pin {
 			floorCPUs, _ = cpupin.FirstTwo()
 		}
-		res.Floors = measureFloors(slices.Concat(cfg.LatSizes, cfg.BWSizes), floorDuration(cfg.Duration), floorCPUs)
+		res.Floors = measureFloors(slices.Concat(cfg.LatSizes, cfg.BWSizes), cfg.BWSizes, floorDuration(cfg.Duration), floorCPUs)
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -486,6 +486,11 @@ func (r *runner) streamPoint(ctx context.Context, size int, fl Floors) (StreamPo
 	p := StreamPoint{Size: size, Results: make([]StreamResult, len(r.cfg.Transports))}
 	if ns := copyNS(fl, size); ns > 0 {
 		p.CopyBytesPerSec = float64(size) / ns * 1e9
+	}
+	for _, pf := range fl.Pipe {
+		if pf.Size == size {
+			p.PipeBytesPerSec = pf.BytesPerSec
+		}
 	}
 	err := r.each(ctx, r.cfg.Transports, "stream "+FormatSize(size), func(ti, round int) error {
 		var sr streamResult

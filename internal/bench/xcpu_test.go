@@ -3,9 +3,11 @@ package bench
 import (
 	"bytes"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/smcloop/smcloop/internal/cpupin"
 )
@@ -13,8 +15,8 @@ import (
 // BenchmarkCrossCPUPipelinedCopy is the bound of any two-copy transport between two
 // processes on this machine: one thread copies messages into a 1 MiB ring in 128 KiB
 // segments, the other copies them out, both pinned to their own CPU (0 and 1) and
-// spinning on the cursors, with no system call, no verification and no wake-up. It
-// reports the one-way rate (the README's "cross-CPU copy rate"):
+// spinning on the cursors, with no system call, no verification and no wake-up (pipe).
+// It reports the one-way rate (the README's "cross-CPU copy rate"):
 //
 //	go test -run '^$' -bench CrossCPUPipelinedCopy -benchtime 2s ./internal/bench
 func BenchmarkCrossCPUPipelinedCopy(b *testing.B) {
@@ -27,7 +29,7 @@ func BenchmarkCrossCPUPipelinedCopy(b *testing.B) {
 // receiver working as smcloop bench's stream receivers do: it copies out at most 128 KiB
 // at a time and checks each piece against what was sent right after copying it. It is
 // the bound of a two-copy transport measured the way smcloop bench measures (the
-// README's verified stream bound).
+// README's verified stream bound; smcloop bench's "2 copies" rows measure the same).
 func BenchmarkCrossCPUPipelinedCopyVerified(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20, 4 << 20} {
 		b.Run(FormatSize(size), func(b *testing.B) { crossCPUCopy(b, size, true) })
@@ -35,96 +37,93 @@ func BenchmarkCrossCPUPipelinedCopyVerified(b *testing.B) {
 }
 
 // crossCPUCopy moves b.N messages of size bytes from a thread on CPU 0 to one on CPU 1
-// through a 1 MiB ring; with verify, the receiver reads in pieces of at most 128 KiB and
-// checks each.
+// through pipe's ring.
 func crossCPUCopy(b *testing.B, size int, verify bool) {
-	if runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
+	if !cpuPair() {
 		b.Skip("needs two CPUs and GOMAXPROCS >= 2")
 	}
-	const ring, seg, piece = 1 << 20, 128 << 10, 128 << 10
-	var r struct {
-		buf  [ring]byte
-		prod atomic.Int64
-		_    [56]byte
-		cons atomic.Int64
-		_    [56]byte
-	}
-	src := make([]byte, size)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	dst := make([]byte, size)
-	if verify {
-		dst = make([]byte, min(size, piece))
-	}
-	var (
-		wg         sync.WaitGroup
-		pinErrs    [2]error
-		mismatches atomic.Int64
-		last       byte
-	)
-	// Neither goroutine unlocks its thread, so the runtime discards the pinned threads
-	// when they end.
-	wg.Go(func() {
-		runtime.LockOSThread()
-		_, pinErrs[1] = cpupin.Thread(1)
-		var c int64
-		for range b.N {
-			for got := 0; got < size; {
-				p := r.prod.Load()
-				if p == c {
-					continue
-				}
-				off := int(c % ring)
-				n := min(int(p-c), size-got, ring-off)
-				if verify {
-					n = min(n, piece)
-					copy(dst[:n], r.buf[off:off+n])
-					if !bytes.Equal(dst[:n], src[got:got+n]) {
-						mismatches.Add(1)
-					}
-					last = dst[n-1]
-				} else {
-					copy(dst[got:got+n], r.buf[off:off+n])
-					last = dst[got+n-1]
-				}
-				got += n
-				c += int64(n)
-				r.cons.Store(c)
-			}
-		}
-	})
 	b.SetBytes(int64(size))
-	b.ResetTimer()
-	wg.Go(func() {
-		runtime.LockOSThread()
-		_, pinErrs[0] = cpupin.Thread(0)
-		var p int64
+	msg := newPattern(size).message(0)
+	pinErrs, bad := pipe(msg, msg, [2]int{0, 1}, verify, func(next func() bool) {
+		b.ResetTimer()
 		for range b.N {
-			for sent := 0; sent < size; {
-				free := ring - (p - r.cons.Load())
-				if free == 0 {
-					continue
-				}
-				off := int(p % ring)
-				n := min(int(free), size-sent, seg, ring-off)
-				copy(r.buf[off:off+n], src[sent:sent+n])
-				sent += n
-				p += int64(n)
-				r.prod.Store(p)
+			if !next() {
+				return
 			}
 		}
 	})
-	wg.Wait()
 	for _, err := range pinErrs {
 		if err != nil {
 			b.Fatalf("pinning: %v", err)
 		}
 	}
-	if last != src[size-1] {
-		b.Fatal("the last byte did not arrive")
+	if bad != 0 {
+		b.Fatalf("the message at stream byte %d arrived different", bad-1)
 	}
-	if n := mismatches.Load(); n > 0 {
-		b.Fatalf("%d pieces arrived different", n)
+}
+
+// cpuPair reports whether two threads can spin at once: two CPUs and GOMAXPROCS >= 2.
+func cpuPair() bool { return runtime.NumCPU() >= 2 && runtime.GOMAXPROCS(0) >= 2 }
+
+// TestPipeFloor: the two-copy floor completes for sizes below, at odd offsets within and
+// above the ring (so that pieces wrap at its end), and its two figures agree.
+func TestPipeFloor(t *testing.T) {
+	if !cpuPair() {
+		t.Skip("needs two CPUs and GOMAXPROCS >= 2")
 	}
+	cpus, count := cpupin.FirstTwo()
+	if count < 2 {
+		cpus = [2]int{-1, -1}
+	}
+	for _, size := range []int{64, 100_003, 3<<20 + 7} {
+		pf, ok := pipeFloor(size, 20*time.Millisecond, cpus)
+		require.True(t, ok, "size %d", size)
+		assert.Equal(t, size, pf.Size)
+		assert.Positive(t, pf.BytesPerSec, "size %d", size)
+		assert.InEpsilon(t, float64(size)/pf.NSPerMsg*1e9, pf.BytesPerSec, 1e-9, "size %d", size)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	_, ok := pipeFloor(64, 20*time.Millisecond, cpus)
+	assert.False(t, ok, "with one P two spinning threads cannot both run")
+}
+
+// TestPipeCatchesADifferentByte: a message that arrives different from what the reader
+// expects stops the stream at the piece that holds the byte, checked or (for the last
+// byte) not.
+func TestPipeCatchesADifferentByte(t *testing.T) {
+	if !cpuPair() {
+		t.Skip("needs two CPUs and GOMAXPROCS >= 2")
+	}
+	const size = 300_000
+	sent := newPattern(size).message(0)
+	for _, tc := range []struct {
+		check bool
+		at    int
+	}{{true, 200_000}, {true, 0}, {false, size - 1}} {
+		want := bytes.Clone(sent)
+		want[tc.at] ^= 1
+		msgs := 0
+		_, bad := pipe(sent, want, [2]int{-1, -1}, tc.check, func(next func() bool) {
+			for next() {
+				msgs++
+			}
+		})
+		assert.Zero(t, msgs, "check %v, byte %d: a message counted as arrived", tc.check, tc.at)
+		require.NotZero(t, bad, "check %v, byte %d", tc.check, tc.at)
+		if tc.check {
+			assert.LessOrEqual(t, bad-1, int64(tc.at), "byte %d", tc.at)
+			assert.Greater(t, bad-1+pipePiece, int64(tc.at), "byte %d", tc.at)
+		} else {
+			assert.Equal(t, int64(1), bad, "the unchecked stream names its message's first byte")
+		}
+	}
+	// The same message as expected: every one arrives.
+	msgs := 0
+	_, bad := pipe(sent, sent, [2]int{-1, -1}, true, func(next func() bool) {
+		for msgs < 20 && next() {
+			msgs++
+		}
+	})
+	assert.Zero(t, bad)
+	assert.Equal(t, 20, msgs)
 }
