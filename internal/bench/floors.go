@@ -89,8 +89,8 @@ func pipeFloor(size int, dur time.Duration, cpus [2]int) (pf PipeFloor, ok bool)
 		return PipeFloor{}, false
 	}
 	best := math.Inf(1) // ns per message
-	msg := newPattern(size).message(0)
-	_, bad := pipe(msg, msg, cpus, true, func(next func() bool) {
+	pat := newPattern(size)
+	_, bad := pipe(size, pat.message, pat.message, cpus, true, func(next func() bool) {
 		batch := 1
 		for start := time.Now(); time.Since(start) < dur; {
 			t := time.Now()
@@ -116,19 +116,20 @@ func pipeFloor(size int, dur time.Duration, cpus [2]int) (pf PipeFloor, ok bool)
 	return PipeFloor{Size: size, BytesPerSec: float64(size) / best * 1e9, NSPerMsg: best}, true
 }
 
-// pipe streams messages from a writer thread on cpus[0] to a reader thread on cpus[1]
-// (either placed by the scheduler if negative) through a ring of pipeRing bytes, until read
-// returns. The writer copies each message (sent) in, in pieces of at most pipePiece bytes,
-// and publishes its cursor after each. read runs on the reader's thread and calls
-// next for each message it takes: next copies what is published out and publishes the
-// reader's cursor, both spinning on the other's cursor (no system call, no sleep, no
-// header). With check, it copies out at most pipePiece bytes at a time into one buffer of
-// that size and compares each piece with want (the message as the reader expects it: sent,
-// but for tests), as smcloop bench's stream receivers do; without, it copies the message
-// into a buffer of its size and compares its last byte. next reports false if a byte arrived different; bad is then the stream offset
-// of the first such piece plus one (0 if none). pinErrs are the threads' pinning errors.
-func pipe(sent, want []byte, cpus [2]int, check bool, read func(next func() bool)) (pinErrs [2]error, bad int64) {
-	size := len(sent)
+// pipe streams size-byte messages from a writer thread on cpus[0] to a reader thread on
+// cpus[1] (either placed by the scheduler if negative) through a ring of pipeRing bytes,
+// until read returns. The writer copies message i (sent(i), the bench's pattern messages,
+// whose offsets and alignment change from one to the next) in, in pieces of at most
+// pipePiece bytes, and publishes its cursor after each. read runs on the reader's thread
+// and calls next for each message it takes: next copies what is published out and
+// publishes the reader's cursor, both spinning on the other's cursor (no system call, no
+// sleep, no header). With check, it copies out at most pipePiece bytes at a time into one
+// buffer of that size and compares each piece with want(i) (the message as the reader
+// expects it: sent's, but for tests), as smcloop bench's stream receivers do; without, it
+// copies the message into a buffer of its size and compares its last byte. next reports
+// false if a byte arrived different; bad is then the stream offset of the first such
+// piece plus one (0 if none). pinErrs are the threads' pinning errors.
+func pipe(size int, sent, want func(i uint64) []byte, cpus [2]int, check bool, read func(next func() bool)) (pinErrs [2]error, bad int64) {
 	var r struct {
 		_    [64]byte
 		prod atomic.Int64 // bytes published by the writer
@@ -147,7 +148,8 @@ func pipe(sent, want []byte, cpus [2]int, check bool, read func(next func() bool
 			_, pinErrs[0] = cpupin.Thread(cpus[0])
 		}
 		var p int64
-		for !r.done.Load() {
+		for i := uint64(0); !r.done.Load(); i++ {
+			msg := sent(i)
 			for done := 0; done < size; {
 				free := int(pipeRing - (p - r.cons.Load()))
 				if free == 0 {
@@ -158,7 +160,7 @@ func pipe(sent, want []byte, cpus [2]int, check bool, read func(next func() bool
 				}
 				off := int(p % pipeRing)
 				n := min(free, size-done, pipePiece, pipeRing-off)
-				copy(buf[off:off+n], sent[done:done+n])
+				copy(buf[off:off+n], msg[done:done+n])
 				done += n
 				p += int64(n)
 				r.prod.Store(p)
@@ -175,8 +177,13 @@ func pipe(sent, want []byte, cpus [2]int, check bool, read func(next func() bool
 		if check {
 			dst = dst[:min(size, pipePiece)]
 		}
-		var c int64
+		var (
+			c int64
+			i uint64
+		)
 		read(func() bool {
+			msg := want(i)
+			i++
 			for got := 0; got < size; {
 				pr := r.prod.Load()
 				if pr == c {
@@ -187,7 +194,7 @@ func pipe(sent, want []byte, cpus [2]int, check bool, read func(next func() bool
 				if check {
 					n = min(n, pipePiece)
 					copy(dst[:n], buf[off:off+n])
-					if !bytes.Equal(dst[:n], want[got:got+n]) {
+					if !bytes.Equal(dst[:n], msg[got:got+n]) {
 						bad = c + 1
 						return false
 					}
@@ -198,7 +205,7 @@ func pipe(sent, want []byte, cpus [2]int, check bool, read func(next func() bool
 				c += int64(n)
 				r.cons.Store(c)
 			}
-			if !check && dst[size-1] != want[size-1] {
+			if !check && dst[size-1] != msg[size-1] {
 				bad = c - int64(size) + 1
 				return false
 			}

@@ -43,8 +43,8 @@ func crossCPUCopy(b *testing.B, size int, verify bool) {
 		b.Skip("needs two CPUs and GOMAXPROCS >= 2")
 	}
 	b.SetBytes(int64(size))
-	msg := newPattern(size).message(0)
-	pinErrs, bad := pipe(msg, msg, [2]int{0, 1}, verify, func(next func() bool) {
+	pat := newPattern(size)
+	pinErrs, bad := pipe(size, pat.message, pat.message, [2]int{0, 1}, verify, func(next func() bool) {
 		b.ResetTimer()
 		for range b.N {
 			if !next() {
@@ -94,32 +94,39 @@ func TestPipeCatchesADifferentByte(t *testing.T) {
 	if !cpuPair() {
 		t.Skip("needs two CPUs and GOMAXPROCS >= 2")
 	}
-	const size = 300_000
-	sent := newPattern(size).message(0)
+	const size, corrupt = 300_000, 5 // message 5 arrives different
+	pat := newPattern(size)
+	start := int64(corrupt * size) // its first byte in the stream
 	for _, tc := range []struct {
 		check bool
 		at    int
 	}{{true, 200_000}, {true, 0}, {false, size - 1}} {
-		want := bytes.Clone(sent)
-		want[tc.at] ^= 1
+		want := func(i uint64) []byte {
+			if i != corrupt {
+				return pat.message(i)
+			}
+			m := bytes.Clone(pat.message(i))
+			m[tc.at] ^= 1
+			return m
+		}
 		msgs := 0
-		_, bad := pipe(sent, want, [2]int{-1, -1}, tc.check, func(next func() bool) {
+		_, bad := pipe(size, pat.message, want, [2]int{-1, -1}, tc.check, func(next func() bool) {
 			for next() {
 				msgs++
 			}
 		})
-		assert.Zero(t, msgs, "check %v, byte %d: a message counted as arrived", tc.check, tc.at)
+		assert.Equal(t, corrupt, msgs, "check %v, byte %d: the messages before it", tc.check, tc.at)
 		require.NotZero(t, bad, "check %v, byte %d", tc.check, tc.at)
 		if tc.check {
-			assert.LessOrEqual(t, bad-1, int64(tc.at), "byte %d", tc.at)
-			assert.Greater(t, bad-1+pipePiece, int64(tc.at), "byte %d", tc.at)
+			assert.LessOrEqual(t, bad-1, start+int64(tc.at), "byte %d", tc.at)
+			assert.Greater(t, bad-1+pipePiece, start+int64(tc.at), "byte %d", tc.at)
 		} else {
-			assert.Equal(t, int64(1), bad, "the unchecked stream names its message's first byte")
+			assert.Equal(t, start+1, bad, "the unchecked stream names its message's first byte")
 		}
 	}
-	// The same message as expected: every one arrives.
+	// Every message as sent: every one arrives, whatever its offset in the pattern.
 	msgs := 0
-	_, bad := pipe(sent, sent, [2]int{-1, -1}, true, func(next func() bool) {
+	_, bad := pipe(size, pat.message, pat.message, [2]int{-1, -1}, true, func(next func() bool) {
 		for msgs < 20 && next() {
 			msgs++
 		}
