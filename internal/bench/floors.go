@@ -38,7 +38,7 @@ func measureFloors(sizes, streamSizes []int, dur time.Duration, cpus [2]int) Flo
 	return f
 }
 
-// wakeProbes is how many wake-ups the placement probe makes: about 50 ms.
+// wakeProbes is how many wake-ups the placement probe makes: about a quarter of a second.
 const wakeProbes = 200
 
 // floorBatch is the length of one timed batch in a floor measurement. A floor is the

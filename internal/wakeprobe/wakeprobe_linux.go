@@ -34,8 +34,17 @@ type round struct {
 	at    int64 // when it ran, ns since the probe started
 }
 
-// Measure runs n rounds (at most about n × 200 µs). It needs two CPUs and GOMAXPROCS of
-// at least 2; it neither pins nor changes any thread's CPU mask.
+// pause blocks the calling thread in the kernel for about d (a futex wait on a word that
+// nobody wakes), so that its CPU may go idle. time.Sleep would come back only when the
+// runtime's poller or timers look again, as much as a millisecond later.
+func pause(d time.Duration) {
+	var word uint32
+	ts := unix.NsecToTimespec(int64(d))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&word)), futexWaitPrivate, 0, uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// Measure runs n rounds, each about gap + Busy. It needs two CPUs and GOMAXPROCS of at least
+// 2; it neither pins nor changes any thread's CPU mask.
 func Measure(n int) Result {
 	r := Result{Knobs: knobs()}
 	if runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
@@ -72,7 +81,7 @@ func Measure(n int) Result {
 		for asleep.Load() != int64(i+1) {
 			runtime.Gosched()
 		}
-		time.Sleep(gap)
+		pause(gap)
 		wakerCPU[i], wokeAt[i] = cpu(), int64(time.Since(start))
 		word.Store(2)
 		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&word)), futexWakePrivate, 1, 0, 0, 0)
