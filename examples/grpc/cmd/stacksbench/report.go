@@ -538,7 +538,10 @@ func (r *Report) writeStackBound(out io.Writer, w workload) {
 
 // writePhases prints the phases of a one-connection GET workload, and the bound they
 // imply: the HTTP stack's two legs as the fastest transport of the run had them, with
-// the body moved by one copy at memory speed and checked at memory speed.
+// the body moved by one copy at memory speed and checked at memory speed. Unpinned, where
+// most of the probe's wake-ups ran on the waker's busy CPU, it adds the bound with the
+// server's copy of the body before the client's (bound, turns), as such a placement makes
+// them take turns.
 func (r *Report) writePhases(out io.Writer, w workload) {
 	var rows []*Summary
 	for _, tr := range r.Transports {
