@@ -71,6 +71,10 @@ func copyFloor(size int, dur time.Duration) CopyFloor {
 	return CopyFloor{Size: size, BytesPerSec: float64(size) / best * 1e9, NSPerCopy: best}
 }
 
+// cpuPair reports whether two threads can spin at once, as the two-thread floors need:
+// two CPUs and GOMAXPROCS >= 2.
+func cpuPair() bool { return runtime.NumCPU() >= 2 && runtime.GOMAXPROCS(0) >= 2 }
+
 // The pipe floor's ring and the largest piece its writer copies in, and its reader copies
 // out and checks, at once.
 const (
@@ -85,7 +89,7 @@ const (
 // (ok is false otherwise, or if no batch completed); a byte that arrives different panics,
 // as memory is then broken.
 func pipeFloor(size int, dur time.Duration, cpus [2]int) (pf PipeFloor, ok bool) {
-	if size <= 0 || runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
+	if size <= 0 || !cpuPair() {
 		return PipeFloor{}, false
 	}
 	best := math.Inf(1) // ns per message
@@ -221,7 +225,7 @@ func pipe(size int, sent, want func(i uint64) []byte, cpus [2]int, check bool, r
 // round trip of a batch in nanoseconds and a note on where the threads ran (or why
 // nothing was measured).
 func cacheLineRTT(dur time.Duration, cpus [2]int) (float64, string) {
-	if runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
+	if !cpuPair() {
 		return 0, "not measured: needs two CPUs and GOMAXPROCS >= 2"
 	}
 	// The word sits alone on its cache line so nothing else bounces with it.

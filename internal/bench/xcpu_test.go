@@ -62,9 +62,6 @@ func crossCPUCopy(b *testing.B, size int, verify bool) {
 	}
 }
 
-// cpuPair reports whether two threads can spin at once: two CPUs and GOMAXPROCS >= 2.
-func cpuPair() bool { return runtime.NumCPU() >= 2 && runtime.GOMAXPROCS(0) >= 2 }
-
 // TestPipeFloor: the two-copy floor completes for sizes below, at odd offsets within and
 // above the ring (so that pieces wrap at its end), and its two figures agree.
 func TestPipeFloor(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +31,7 @@ func phasesReport(w wakeprobe.Result, pinned bool) *Report {
 // table adds the bound in which the server's copy and the client's take turns (the body
 // as fill + copy), and says why; pinned, or where wake-ups spread, it does not.
 func TestPhasesTurns(t *testing.T) {
-	get := workloads[indexOf(workloads, "http-get-1MiB-1conn")]
+	get := workloads[slices.IndexFunc(workloads, func(w workload) bool { return w.name == "http-get-1MiB-1conn" })]
 	var out strings.Builder
 	phasesReport(wakeprobe.Result{Wakeups: 200, OnWaker: 180}, false).writePhases(&out, get)
 	assert.Equal(t, `
@@ -61,13 +62,4 @@ NET/HTTP GET 1 MiB, 1 CONNECTION, PHASES  medians per request, µs: request = fr
 		assert.Contains(t, out.String(), "\n        bound     70.0      70.0  58.0   48.0    246    4065   1.50x\n", name)
 		assert.NotContains(t, out.String(), "bound, turns", name)
 	}
-}
-
-func indexOf(ws []workload, name string) int {
-	for i, w := range ws {
-		if w.name == name {
-			return i
-		}
-	}
-	panic(name)
 }
