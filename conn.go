@@ -165,6 +165,9 @@ func (c *Conn) txPending() bool {
 type connTestHooks struct {
 	monitorOnly bool // watch the liveness channel with a monitor goroutine, not the watcher
 	slideLimit  int  // if > 0, replaces slideLimit
+	// wakeCost, if > 0, replaces the process's measured wake-up cost (datapath.WakeCost)
+	// in the long spin's rule.
+	wakeCost time.Duration
 }
 
 // flusherState is the autocork flusher's: while it exists, the writer's doorbell has one

@@ -242,7 +242,9 @@ func (c *Conn) peerWriting() bool {
 //     whose waits are long soon costs no CPU spinning, and a direction whose spins do not
 //     pay (small amounts, many misses, no other busy wait: spinFor) spins only at every
 //     16th wait; but a reader whose smcloop peer is between the segments of one write
-//     (cdc.Writing) spins regardless. A negative BusyPoll disables it.
+//     (cdc.Writing) spins regardless, and a dialed connection's reader whose small
+//     answers come within a few wake-ups spins longer (longSpinBudget). A negative
+//     BusyPoll disables it.
 //  2. A short sleep on the wake word (shortSleep, futex), when no other goroutine of the
 //     process is running or runnable: the peer's next cursor update wakes it with one
 //     system call and no dispatcher, for waits up to shortSleepSpan (a bulk transfer's
@@ -258,6 +260,10 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		sp, ws = &c.tx.spin, &c.tx.waits
 	}
 	ws.waits.Add(1)
+	start := time.Now()
+	// A dialed connection's reader records how long its answers took, for the long spin's
+	// rule (but the wait in the middle of the peer's write leaves the spinner alone).
+	answers := d == datapath.Reader && !c.server
 	switch budget := c.cfg.busyPoll; {
 	case budget > 0:
 		end := time.Now().Add(budget)
@@ -276,21 +282,45 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		// The peer is between the segments of one write: the next is a copy away, so
 		// spin whatever the spinner says, and leave its back-off (set by waits for
 		// answers, which are long) as it is.
-		if spinYield(ready) {
+		answers = false
+		if spinYield(ready, start, yieldSpin) {
 			ws.spinHits.Add(1)
 			return nil
 		}
 		ws.spinMisses.Add(1)
-	case c.spinFor(sp):
-		if spinYield(ready) {
+	default:
+		// The default spin first, as before; the long spin's rule only where that would
+		// not spin or has run out, so that an answer caught within yieldSpin pays nothing
+		// for it.
+		short := c.spinFor(sp)
+		long := answers && !short && c.spinsLong(sp)
+		if !short && !long {
+			ws.spinSkips.Add(1)
+			break
+		}
+		span := yieldSpin
+		if long {
+			span = c.longSpinBudget()
+			ws.longSpins.Add(1)
+		}
+		hit := spinYield(ready, start, span)
+		if !hit && short && answers && c.spinsLong(sp) {
+			ws.longSpins.Add(1)
+			hit = spinYield(ready, start, c.longSpinBudget())
+		}
+		if hit {
 			sp.hit()
+			if answers {
+				sp.answeredQuick() // within the spin's span
+			}
 			ws.spinHits.Add(1)
 			return nil
 		}
 		sp.missed()
 		ws.spinMisses.Add(1)
-	default:
-		ws.spinSkips.Add(1)
+	}
+	if answers {
+		defer func() { sp.answered(time.Since(start), true, c.longSpinBudget(), c.wakeCost()) }()
 	}
 	// From here the wait sleeps. When it ends because the bytes (or space) may be there,
 	// other directions' spinners see that a wait of the process ended after a sleep
@@ -396,10 +426,12 @@ type spinner struct {
 	// each spin weighs 1/16. found is the most that recent waits found (bytes to read or
 	// space to write) or that the connection moved between two of them: a larger amount
 	// replaces it, a smaller one takes a quarter off it. probes counts the waits that
-	// reached the probe rule.
+	// reached the probe rule. quick is the share of recent waits answered within the
+	// long spin's budget, in 1/256, each weighing 1/16 (answered).
 	missing uint32
 	found   int
 	probes  uint32
+	quick   uint32
 	// mark is sleptWaits when othersWaiting last looked; ownSlept counts this direction's
 	// own waits that slept since. moved is the connection's bytes both ways at this
 	// direction's last wait (spinFor).
@@ -434,15 +466,76 @@ func (s *spinner) foundAfterWait(n int) {
 	}
 }
 
-// spinFor reports whether a default wait with spinner sp spins (spinner.try). First it
-// counts what the connection moved both ways since the direction's last wait as found, so
-// that a stream's writer keeps its own reader of small window updates spinning: a caught
-// update hands the writer its window at once.
+// A long spin: a dialed connection's reader, waiting for the answers to its requests,
+// spins for up to longSpinWakes wake-ups (the process's measured wake-up cost,
+// datapath.WakeCost; at most longSpinMax) when at least quickShare of its recent waits
+// were answered within that time, it has not seen bulkWait bytes lately and no other wait
+// of the process is busy (othersWaiting: a client of many connections at once keeps its
+// CPU for them, and spins but one of them at a time anyway). The rule is asked only where
+// the default spin would not run or has run out, so an answer that one catches pays nothing
+// for it. Where a wake-up costs tens of microseconds, as a halted vCPU's does in a VM, the
+// spin catches an RPC's reply that yieldSpin would sleep through and takes a wake-up off
+// every call's path; where wake-ups are cheap, the budget stays within yieldSpin and the
+// rule never applies. A spin that catches its answer costs the answer's time, at most
+// longSpinWakes wake-ups: the latency it saves is one. An accepted connection's reader
+// waits for requests, whose arrival its clients decide, and keeps the default
+// (docs/HISTORY.md, "Long spins for answers").
+const (
+	longSpinWakes = 4
+	longSpinMax   = 200 * time.Microsecond
+)
+
+// quickShare is the share of recent waits (in 1/256, each weighing 1/16) that must have
+// been answered within the long spin's budget for a direction to spin long.
+const quickShare = 256 * 3 / 4
+
+// wakeCost is what a wake-up costs this process (datapath.WakeCost), or what a test set.
+func (c *Conn) wakeCost() time.Duration {
+	if c.testHooks != nil && c.testHooks.wakeCost > 0 {
+		return c.testHooks.wakeCost
+	}
+	return datapath.WakeCost()
+}
+
+// longSpinBudget is the long spin's bound: longSpinWakes wake-ups, at most longSpinMax.
+// 0 before any wake-up was measured.
+func (c *Conn) longSpinBudget() time.Duration {
+	return min(longSpinWakes*c.wakeCost(), longSpinMax)
+}
+
+// answered records how long a wait that slept took to its answer against the long
+// spin's budget, less the wake-up (wake) it is taken to have paid.
+func (s *spinner) answered(d time.Duration, slept bool, budget, wake time.Duration) {
+	if slept {
+		d -= wake
+	}
+	if d <= budget {
+		s.answeredQuick()
+	} else {
+		s.quick -= s.quick / 16
+	}
+}
+
+// answeredQuick records a wait answered within the long spin's budget, as one a spin
+// caught was.
+func (s *spinner) answeredQuick() { s.quick += (256 - s.quick) / 16 }
+
+// spinFor reports whether a default wait with spinner sp spins for yieldSpin
+// (spinner.try). First it counts what the connection moved both ways since the
+// direction's last wait as found, so that a stream's writer keeps its own reader of small
+// window updates spinning: a caught update hands the writer its window at once.
 func (c *Conn) spinFor(sp *spinner) bool {
 	total := c.rxBytes.Load() + c.txBytes.Load()
 	sp.foundAfterWait(int(min(total-sp.moved, 1<<30)))
 	sp.moved = total
 	return sp.try(othersWaiting)
+}
+
+// spinsLong reports whether a dialed reader's wait with spinner sp spins for the long
+// spin's budget: wake-ups cost more than a quarter of yieldSpin, its recent answers were
+// quick and small, and no other wait of the process is busy (othersWaiting).
+func (c *Conn) spinsLong(sp *spinner) bool {
+	return c.longSpinBudget() > yieldSpin && sp.quick >= quickShare && sp.found < bulkWait && !othersWaiting(sp)
 }
 
 // sleptWaits counts the process's waits that ended after a sleep (or a sleep's re-check)
@@ -518,11 +611,12 @@ func (s *spinner) missed() {
 // of small messages.
 const tightSpin = 12 * time.Microsecond
 
-// spinYield checks ready for up to yieldSpin: in a process with nothing else to run, for
-// the first tightSpin back to back; then giving way in between, first to this process's
-// other runnable goroutines (runtime.Gosched), then to other threads on this CPU
-// (sched_yield). A busy process thus loses nothing to the spin; an idle one polls.
-func spinYield(ready func() bool) bool {
+// spinYield checks ready until span after start (when the wait began): in a process with
+// nothing else to run, for the first tightSpin back to back; then giving way in between,
+// first to this process's other runnable goroutines (runtime.Gosched), then to other
+// threads on this CPU (sched_yield). A busy process thus loses nothing to the spin; an
+// idle one polls.
+func spinYield(ready func() bool, start time.Time, span time.Duration) bool {
 	// Spinning pays off for the few connections a process is actively waiting on; with
 	// many waiting at once, the spins would only compete for the CPU. So a process spins
 	// on at most half its Ps at a time (at least one); other waiters sleep at once.
@@ -531,7 +625,6 @@ func spinYield(ready func() bool) bool {
 		return false
 	}
 	defer spinners.Add(-1)
-	start := time.Now()
 	if processIdle() {
 		for i := 1; !ready(); i++ {
 			if i%16 == 0 && time.Since(start) >= tightSpin {
@@ -540,7 +633,7 @@ func spinYield(ready func() bool) bool {
 		}
 	}
 	for i := 1; !ready(); i++ {
-		if time.Since(start) >= yieldSpin {
+		if time.Since(start) >= span {
 			return false
 		}
 		if i%4 == 0 {

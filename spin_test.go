@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // TestSpinnerBackoff: a spin that ends in a sleep anyway makes the next 1, 3, then 7
@@ -353,4 +355,163 @@ func TestWaitCountsTheConnectionsTraffic(t *testing.T) {
 	}
 	assert.Equal(t, want, found, "the 40,000 bytes written, less a quarter for the 10-byte find and two for each of the %d waits after the first", waits-1)
 	assert.EqualValues(t, n, moved, "the connection's bytes at the wait")
+}
+
+// TestSpinnerAnswered: each wait moves the share of quick answers a sixteenth of the way
+// to all or none; a wait that slept is taken to have paid one wake-up of its time.
+func TestSpinnerAnswered(t *testing.T) {
+	const budget, wake = 160 * time.Microsecond, 40 * time.Microsecond
+	var s spinner
+	steps := []struct {
+		name  string
+		d     time.Duration
+		slept bool
+		quick uint32
+	}{
+		{"spun, answered in 100 µs", 100 * time.Microsecond, false, 16},
+		{"slept, answered in 190 µs: 150 without the wake-up", 190 * time.Microsecond, true, 16 + 240/16},
+		{"slept, 200 µs: the budget with the wake-up", 200 * time.Microsecond, true, 31 + 225/16},
+		{"slept, 201 µs: past it", 201 * time.Microsecond, true, 45 - 45/16},
+		{"spun, 161 µs: past the budget", 161 * time.Microsecond, false, 43 - 43/16},
+	}
+	for _, st := range steps {
+		s.answered(st.d, st.slept, budget, wake)
+		require.Equal(t, st.quick, s.quick, st.name)
+	}
+	s = spinner{}
+	n := 0
+	for s.quick < quickShare {
+		s.answered(time.Microsecond, false, budget, wake)
+		n++
+	}
+	assert.Equal(t, 23, n, "quick answers in a row before a new direction spins long")
+	n = 0
+	for s.quick >= quickShare {
+		s.answered(time.Second, true, budget, wake)
+		n++
+	}
+	assert.Equal(t, 1, n, "one slow answer ends it")
+}
+
+// TestLongSpinRule: spinsLong holds for a wait whose answers came quickly and small,
+// where a wake-up costs more than a quarter of yieldSpin, while no other wait of the
+// process is busy; waitFor asks it only for a dialed connection's reader
+// (TestDialedReaderSpinsLong).
+func TestLongSpinRule(t *testing.T) {
+	client, server := pipe(t, Config{}, Config{})
+	sp := &client.rx.spin
+	long := func(wake time.Duration, quick uint32) bool {
+		client.testHooks = &connTestHooks{wakeCost: wake}
+		sp.quick = quick
+		othersWaiting(sp) // what other waits did before now is not this wait's business
+		return client.spinsLong(sp)
+	}
+	assert.True(t, long(40*time.Microsecond, 256), "quick answers, 40 µs wake-ups")
+	assert.Equal(t, 160*time.Microsecond, client.longSpinBudget(), "four wake-ups")
+	assert.True(t, long(time.Millisecond, quickShare), "at the share")
+	assert.Equal(t, longSpinMax, client.longSpinBudget(), "at most longSpinMax")
+	assert.False(t, long(40*time.Microsecond, quickShare-1), "below the share")
+	assert.False(t, long(yieldSpin/4, 256), "wake-ups that cost a quarter of yieldSpin")
+	assert.True(t, long(yieldSpin/4+time.Nanosecond, 256), "a little more")
+
+	othersWaiting(sp)
+	sleptWaits.Add(1) // another wait of the process ended after a sleep
+	assert.False(t, client.spinsLong(sp), "another wait busy")
+	spinners.Add(1) // another wait spins
+	assert.False(t, long(40*time.Microsecond, 256), "another wait spinning")
+	spinners.Add(-1)
+	assert.True(t, long(40*time.Microsecond, 256), "alone again")
+
+	// After the connection moved bulkWait bytes, the reader's waits are bulk.
+	drained := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(server, make([]byte, bulkWait))
+		drained <- err
+	}()
+	_, err := client.Write(make([]byte, bulkWait))
+	require.NoError(t, err)
+	require.NoError(t, <-drained)
+	client.spinFor(sp) // counts what the connection moved
+	assert.False(t, long(40*time.Microsecond, 256), "after bulk")
+}
+
+// TestDialedReaderSpinsLong: through Read, a dialed connection's reader whose answers came
+// quickly, where wake-ups cost 40 µs, spins long for the next though its default spin is
+// backed off (ReadWaits.LongSpins), and the accepted side's reader does not, with the same
+// history and cost.
+func TestDialedReaderSpinsLong(t *testing.T) {
+	client, server := pipe(t, Config{}, Config{})
+	client.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond}
+	server.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond}
+	// Recent answers were quick, and the default spin backs off (as for an RPC's
+	// replies, which take longer than it): the long spin's rule decides.
+	backedOff := spinner{seeded: true, misses: 3, skip: 7, quick: 256}
+	client.rx.spin, server.rx.spin = backedOff, backedOff
+	answer := func(r, w *Conn, msg string) {
+		t.Helper()
+		// Other waits of the process before now (earlier tests') are not this one's.
+		r.rx.mu.Lock()
+		othersWaiting(&r.rx.spin)
+		r.rx.mu.Unlock()
+		before := r.Stats().ReadWaits.Waits
+		got := make(chan string, 1)
+		go func() {
+			b := make([]byte, len(msg))
+			_, err := io.ReadFull(r, b)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- string(b)
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for r.Stats().ReadWaits.Waits == before {
+			require.True(t, time.Now().Before(deadline), "the Read never waited")
+			runtime.Gosched()
+		}
+		_, err := w.Write([]byte(msg))
+		require.NoError(t, err)
+		require.Equal(t, msg, <-got)
+	}
+	answer(client, server, "reply")
+	answer(server, client, "request")
+	cw, sw := client.Stats().ReadWaits, server.Stats().ReadWaits
+	assert.Positive(t, cw.LongSpins, "the client's reader spun long")
+	assert.Equal(t, cw.Waits, cw.LongSpins, "at every wait")
+	assert.Zero(t, sw.LongSpins, "the server's reader keeps the default")
+	assert.Zero(t, client.Stats().WriteWaits.LongSpins+server.Stats().WriteWaits.LongSpins, "writers never spin long")
+}
+
+// TestLongSpinAfterTheShortOne: a dialed reader whose default spin runs out goes on
+// spinning to the long spin's budget if its rule holds, counted once; an accepted
+// connection's reader sleeps. The answer comes 100 µs after the default spin's end, so
+// only a check delayed that long (a descheduled spinner) catches it in the default spin;
+// the client tries up to five waits for one that did not.
+func TestLongSpinAfterTheShortOne(t *testing.T) {
+	defer spinHint.Store(spinHint.Load())
+	spinHint.Store(0)
+	client, server := pipe(t, Config{}, Config{})
+	wait := func(c *Conn) WaitStats {
+		c.testHooks = &connTestHooks{wakeCost: 50 * time.Microsecond} // a 200 µs budget
+		c.rx.mu.Lock()
+		defer c.rx.mu.Unlock()
+		before := c.rx.waits.snapshot()
+		c.rx.spin = spinner{seeded: true, quick: 256} // spins, and its answers were quick
+		othersWaiting(&c.rx.spin)
+		start := time.Now()
+		err := c.waitFor(datapath.Reader, func() bool { return time.Since(start) > yieldSpin+100*time.Microsecond }, &c.rx.deadline)
+		require.NoError(t, err)
+		w := c.rx.waits.snapshot()
+		require.Equal(t, uint64(1), w.Waits-before.Waits)
+		require.Equal(t, uint64(1), w.SpinHits+w.SpinMisses-before.SpinHits-before.SpinMisses, "one spin, default or long")
+		return WaitStats{LongSpins: w.LongSpins - before.LongSpins, SpinHits: w.SpinHits - before.SpinHits}
+	}
+	went := false
+	for i := 0; i < 5 && !went; i++ {
+		w := wait(client)
+		require.LessOrEqual(t, w.LongSpins, uint64(1), "counted once")
+		went = w.LongSpins == 1
+	}
+	assert.True(t, went, "the client's spin went on in none of five waits")
+	assert.Zero(t, wait(server).LongSpins, "the server's did not")
 }

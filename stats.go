@@ -64,19 +64,24 @@ type ConnStats struct {
 type WaitStats struct {
 	Waits, SpinHits, SpinMisses, SpinSkips         uint64
 	FutexHits, FutexMisses, Deadlines, RecheckHits uint64
+	// LongSpins counts the waits whose spin was the long one for an answer (counted in
+	// SpinHits or SpinMisses as well): a dialed connection's reader whose answers come
+	// within a few wake-ups (docs/TUNING.md, "Spinning").
+	LongSpins uint64
 }
 
 // waitCounts are a side's WaitStats, counted as they happen.
 type waitCounts struct {
 	waits, spinHits, spinMisses, spinSkips         atomic.Uint64
 	futexHits, futexMisses, deadlines, recheckHits atomic.Uint64
+	longSpins                                      atomic.Uint64
 }
 
 func (w *waitCounts) snapshot() WaitStats {
 	return WaitStats{
 		Waits: w.waits.Load(), SpinHits: w.spinHits.Load(), SpinMisses: w.spinMisses.Load(), SpinSkips: w.spinSkips.Load(),
 		FutexHits: w.futexHits.Load(), FutexMisses: w.futexMisses.Load(), Deadlines: w.deadlines.Load(),
-		RecheckHits: w.recheckHits.Load(),
+		RecheckHits: w.recheckHits.Load(), LongSpins: w.longSpins.Load(),
 	}
 }
 

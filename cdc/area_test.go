@@ -201,3 +201,43 @@ func TestFlagsString(t *testing.T) {
 	assert.Equal(t, "peer_conn_abort", cdc.PeerConnAbort.String(), "PeerConnAbort")
 	assert.Equal(t, "peer_done_writing|peer_conn_closed|peer_conn_abort|0x1f", cdc.ConnFlags(0xFF).String(), "ConnFlags(0xFF)")
 }
+
+// TestWakeStamp: the wake stamp lives in bytes 1..7 of the type word, keeps the message
+// type in byte 0 and the ring's bytes untouched, and WakeDelay takes differences modulo
+// 2^56, refusing those that are not a plausible wake-up.
+func TestWakeStamp(t *testing.T) {
+	dmb := alignedDMB(cdc.AreaSize + 8)
+	for i := range dmb {
+		dmb[i] = 0xAA
+	}
+	a, err := cdc.NewArea(dmb)
+	require.NoError(t, err)
+	a.SetType()
+	const t0 = int64(0x0123_4567_89AB_CDEF)
+	a.StoreStamp(t0)
+	assert.Equal(t, byte(cdc.MsgType), a.Type(), "byte 0 keeps the message type")
+	assert.Equal(t, byte(cdc.MsgType), dmb[0])
+	assert.Equal(t, t0&(1<<cdc.StampBits-1), a.LoadStamp(), "the low 56 bits")
+	assert.Equal(t, []byte{0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA}, dmb[8:16], "the producer word untouched")
+	assert.Equal(t, []byte{0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA}, dmb[cdc.AreaSize:], "the ring untouched")
+
+	const max = int64(2_000_000)
+	for _, c := range []struct {
+		name       string
+		stamp, now int64
+		want       int64
+		ok         bool
+	}{
+		{"40 µs later", 1_000_000, 1_040_000, 40_000, true},
+		{"at the bound", 5, 5 + max, max, true},
+		{"past the bound", 5, 6 + max, max + 1, false},
+		{"same instant", 7, 7, 0, false},
+		{"a stamp from the future", 1_040_000, 1_000_000, 1<<cdc.StampBits - 40_000, false},
+		{"across the 56-bit wrap", 1<<cdc.StampBits - 10_000, 1<<cdc.StampBits + 30_000, 40_000, true},
+		{"a stored stamp across the wrap", a.LoadStamp(), t0 + 40_000, 40_000, true},
+	} {
+		d, ok := cdc.WakeDelay(c.stamp, c.now, max)
+		assert.Equal(t, c.want, d, c.name)
+		assert.Equal(t, c.ok, ok, c.name)
+	}
+}

@@ -38,6 +38,15 @@ func (a Area) SetType() { *(*byte)(unsafe.Pointer(&a.w[OffType/8])) = MsgType }
 // Type returns byte 0 of the area, which is MsgType once [Area.SetType] ran.
 func (a Area) Type() byte { return *(*byte)(unsafe.Pointer(&a.w[OffType/8])) }
 
+// StoreStamp atomically stores t (nanoseconds of the wall clock) in bytes 1..7 of the
+// type word, keeping MsgType in byte 0: the time of the latest futex wake-up of the
+// owner's short sleeper, so that it learns what its wake-ups cost (see [WakeDelay]).
+func (a Area) StoreStamp(t int64) { a.w[OffType/8].Swap(stampWord(t)) }
+
+// LoadStamp atomically loads the stamp [Area.StoreStamp] stored (untrusted when the peer
+// stored it): the low 56 bits of its time.
+func (a Area) LoadStamp() int64 { return stampOf(a.w[OffType/8].Load()) }
+
 // LoadProd atomically loads the producer cursor word (see [UnpackWord]).
 func (a Area) LoadProd() uint64 { return a.w[OffProd/8].Load() }
 

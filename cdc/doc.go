@@ -25,7 +25,7 @@
 //
 //	off  size  field
 //	  0     1  type, 0xFE (MsgType)
-//	  1     7  reserved
+//	  1     7  reserved in the kernel; smcloop: the peer's wake stamp (StoreStamp)
 //	  8     8  producer cursor word (OffProd)
 //	 16     8  consumer cursor word (OffCons), also carrying the producer
 //	           flags (byte 22) and the connection state flags (byte 23)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"unsafe"
 
 	"github.com/smcloop/smcloop/cdc"
 )
@@ -143,4 +144,34 @@ func BenchmarkAdvance(b *testing.B) {
 	if sum <= 0 {
 		b.Fatal("no advance measured")
 	}
+}
+
+// FuzzWakeStamp feeds arbitrary stamps (as a hostile peer may store) and clocks to the
+// wake stamp's word and to WakeDelay: the word keeps the message type and round-trips the
+// stamp's 56 bits, and WakeDelay accepts exactly the differences in (0, max].
+func FuzzWakeStamp(f *testing.F) {
+	f.Add(int64(1_000_000), int64(1_040_000), int64(2_000_000))
+	f.Add(int64(1)<<cdc.StampBits-1, int64(1)<<cdc.StampBits+5, int64(10))
+	f.Add(int64(-1), int64(0), int64(1))
+	f.Add(int64(5), int64(5), int64(0))
+	f.Add(int64(9), int64(3), int64(1)<<62)
+	f.Fuzz(func(t *testing.T, stamp, now, max int64) {
+		dmb := make([]uint64, cdc.AreaSize/8)
+		a, err := cdc.NewArea(unsafe.Slice((*byte)(unsafe.Pointer(&dmb[0])), cdc.AreaSize))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.StoreStamp(stamp)
+		const mask = 1<<cdc.StampBits - 1
+		if a.Type() != cdc.MsgType || a.LoadStamp() != stamp&mask {
+			t.Fatalf("stamp %#x: type %#x, stamp %#x", stamp, a.Type(), a.LoadStamp())
+		}
+		d, ok := cdc.WakeDelay(a.LoadStamp(), now, max)
+		if d != (now-stamp)&mask {
+			t.Fatalf("WakeDelay(%#x, %#x) = %d, want %d", stamp, now, d, (now-stamp)&mask)
+		}
+		if ok != (d > 0 && d <= max) {
+			t.Fatalf("WakeDelay(%#x, %#x, %d) = %d, ok %v", stamp, now, max, d, ok)
+		}
+	})
 }

@@ -12,7 +12,7 @@ const (
 	AreaSize = 32   // sizeof(struct smcd_cdc_msg); ring data starts here
 	MsgType  = 0xFE // SMC_CDC_MSG_TYPE, byte 0
 
-	OffType = 0  // 1 byte: MsgType; bytes 1..7 reserved
+	OffType = 0  // 1 byte: MsgType; bytes 1..7 reserved in the kernel, smcloop's wake stamp
 	OffProd = 8  // 8-byte producer cursor word (prod)
 	OffCons = 16 // 8-byte consumer cursor word (cons) with the flag bytes
 	// OffWake is the kernel's reserved res3[8]. smcloop uses it as the DMB
@@ -161,4 +161,42 @@ func UnpackWord(w uint64) (c Cursor, pf ProdFlags, cf ConnFlags) {
 	c.Wrap = binary.NativeEndian.Uint16(b[wordOffWrap:])
 	c.Count = binary.NativeEndian.Uint32(b[wordOffCount:])
 	return c, ProdFlags(b[wordOffProdFlags]), ConnFlags(b[wordOffConnFlags])
+}
+
+// StampBits is the width of the wake stamp in bytes 1..7 of the type word: the low 56
+// bits of a time in nanoseconds, so that differences of up to about two years come out
+// right (WakeDelay).
+const StampBits = 56
+
+// stampWord packs the low StampBits bits of t into bytes 1..7 of the type word, after
+// MsgType in byte 0, in host order as the cursor words are.
+func stampWord(t int64) uint64 {
+	var b [8]byte
+	b[0] = MsgType
+	u := uint64(t)
+	for i := 1; i < 8; i++ {
+		b[i] = byte(u)
+		u >>= 8
+	}
+	return binary.NativeEndian.Uint64(b[:])
+}
+
+// stampOf is the inverse of stampWord: the stamp's 56 bits.
+func stampOf(w uint64) int64 {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], w)
+	var u uint64
+	for i := 7; i >= 1; i-- {
+		u = u<<8 | uint64(b[i])
+	}
+	return int64(u)
+}
+
+// WakeDelay is the time from the wake stamp stamp (LoadStamp) to now (nanoseconds of the
+// same clock), modulo 2^StampBits: how long a short sleeper took to run after its peer
+// woke it. ok is false if the difference is not a plausible wake-up, above max or not
+// positive (a stamp of an earlier wake-up, a clock step, a lying peer).
+func WakeDelay(stamp, now int64, max int64) (d int64, ok bool) {
+	d = (now - stamp) & (1<<StampBits - 1)
+	return d, d > 0 && d <= max
 }

@@ -22,3 +22,6 @@ func (t *Groups) SetIdleSweep(d time.Duration, swept func(g *LinkGroup, released
 // Retire marks g dead and releases what is idle, as Terminate does first, but leaves it
 // in its table: the state Terminate's callers see while it releases the group's buffers.
 func (g *LinkGroup) Retire() { g.retire() }
+
+// FutexWake wakes the sleepers on the word at addr, as a peer's signal does.
+func FutexWake(addr *uint32) { futexWake(addr) }

@@ -200,8 +200,11 @@ func (l *Link) PublishCons(cons datapath.Cons, wake datapath.Dir) {
 func (l *Link) signal(wake uint64) {
 	w := l.txA.LoadWake()
 	if fb := w & (wake << cdc.FutexShift); fb != 0 {
-		// A short sleeper on the wake word: clear its bit (so that a sleep it has not
-		// begun yet finds the word changed) and wake the word, once per announcement.
+		// A short sleeper on the wake word: stamp the time for its measure of what a
+		// wake-up costs (noteWake; before the bit, so that a sleeper that sees its bit
+		// cleared sees this stamp), clear its bit (so that a sleep it has not begun yet
+		// finds the word changed) and wake the word, once per announcement.
+		l.txA.StoreStamp(time.Now().UnixNano())
 		if old := l.txA.AndWake(^fb); old&fb != 0 {
 			futexWake(l.txA.WakeFutex())
 			l.futexWakes.Add(1)
@@ -273,11 +276,26 @@ func (l *Link) ShortSleep(dir datapath.Dir, ready func() bool, d time.Duration) 
 				break
 			}
 		}
+		l.noteWake(fb)
 		ok = ready()
 	}
 	l.rxA.AndWake(^fb)
 	l.sleeping.And(^fb)
 	return ok
+}
+
+// noteWake adds the wake-up that ended a short sleep to the process's measure of what a
+// wake-up costs (datapath.NoteWake): if the peer cleared the sleeper's bit fb, the stamp
+// it stored just before its wake call (signal) says when that was. A stamp the peer lies
+// about, or one of an earlier wake-up (the bit cleared by WakeLocal), gives a delay
+// outside (0, datapath.MaxWakeSample] and is dropped, or at worst one sample within it.
+func (l *Link) noteWake(fb uint64) {
+	if l.rxA.LoadWake()&fb != 0 {
+		return // not woken by the peer: timed out, or the word merely changed
+	}
+	if d, ok := cdc.WakeDelay(l.rxA.LoadStamp(), time.Now().UnixNano(), int64(datapath.MaxWakeSample)); ok {
+		datapath.NoteWake(time.Duration(d))
+	}
 }
 
 // Retract withdraws an announcement.

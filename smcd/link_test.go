@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/internal/datapath"
@@ -515,4 +517,57 @@ func TestLinkLayoutAndName(t *testing.T) {
 	assert.Len(t, c.la.TxBuf(), 64<<10-cdc.AreaSize)
 	assert.Equal(t, "SMCD", c.la.Name())
 	assert.NoError(t, c.la.DecommitTx(0), "unit 0 holds the CDC area: never given back, no error")
+}
+
+// TestShortSleepMeasuresItsWakeUp: the peer's publication that wakes a short sleeper
+// stamps the time of its wake call; the sleeper takes the delay into the process's
+// measure of what a wake-up costs, once. Stamps a peer lies about are dropped.
+func TestShortSleepMeasuresItsWakeUp(t *testing.T) {
+	p := newPair(t, ism.Config{}, ism.Config{})
+	c := newLinks(t, p, ism.MinDMBSize, ism.MinDMBSize, false)
+	// sleep starts B's reader on a short sleep until want arrives and returns once it
+	// sleeps (it found the cursor short and counted the sleep).
+	sleep := func(want uint32) <-chan bool {
+		before := c.lb.Counters().ShortSleeps
+		done := make(chan bool, 1)
+		go func() {
+			done <- c.lb.ShortSleep(datapath.Reader, func() bool { return c.lb.PeerProd() == cur(want) }, time.Minute)
+		}()
+		for c.lb.Counters().ShortSleeps == before {
+			runtime.Gosched()
+		}
+		return done
+	}
+
+	// A wake-up that took longer than MaxWakeSample (a loaded machine) is dropped too, so
+	// the sleeper sleeps again, up to 20 times, until one is measured.
+	var prod uint32
+	for measured := false; !measured; {
+		prod++
+		require.LessOrEqual(t, prod, uint32(20), "no wake-up measured")
+		samples := datapath.WakeSamples()
+		done := sleep(prod)
+		c.la.PushProd(cur(prod), 0, 0)
+		require.True(t, <-done, "woken by the publication")
+		taken := datapath.WakeSamples() - samples
+		require.LessOrEqual(t, taken, uint64(1), "one wake-up, one sample at most")
+		measured = taken == 1
+	}
+	assert.Positive(t, datapath.WakeCost())
+	assert.LessOrEqual(t, datapath.WakeCost(), datapath.MaxWakeSample)
+	assert.Equal(t, byte(cdc.MsgType), c.lb.LocalArea().Type(), "the stamp keeps the CDC message type")
+	assert.Equal(t, uint64(prod), c.la.Counters().ShortWakes, "one futex wake per sleep")
+
+	// A peer that writes its own stamp: an hour ahead, an hour ago, 3 ms ago, zero.
+	now := time.Now().UnixNano()
+	for _, lie := range []int64{now + int64(time.Hour), now - int64(time.Hour), now - 3*int64(time.Millisecond), 0} {
+		samples := datapath.WakeSamples()
+		done := sleep(prod + 1)
+		a := c.lb.LocalArea()
+		a.StoreStamp(lie)
+		a.AndWake(^cdc.WakeReaderFutex)
+		smcd.FutexWake(a.WakeFutex())
+		assert.False(t, <-done, "woken, nothing to read")
+		assert.Equal(t, samples, datapath.WakeSamples(), "stamp %d dropped", lie)
+	}
 }

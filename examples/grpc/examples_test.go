@@ -161,7 +161,7 @@ type benchCounters struct {
 }
 
 // waitKeys are the JSON names of the waits' outcomes, all of them.
-var waitKeys = []string{"waits", "spin_hits", "spin_misses", "spin_skips", "futex_hits", "futex_misses", "deadlines", "recheck_hits"}
+var waitKeys = []string{"waits", "spin_hits", "spin_misses", "spin_skips", "futex_hits", "futex_misses", "deadlines", "recheck_hits", "long_spins"}
 
 type benchReport struct {
 	Rounds     int           `json:"rounds"`
@@ -321,6 +321,11 @@ func TestStacksbench(t *testing.T) {
 				require.ElementsMatch(t, waitKeys, keys, "%s, %s: the waits' outcomes", r.Workload, side)
 				assert.InDelta(t, w["waits"], w["spin_hits"]+w["spin_misses"]+w["spin_skips"], open, "%s, %s: %v", r.Workload, side, w)
 				assert.InDelta(t, w["waits"]-w["spin_hits"], w["futex_hits"]+w["deadlines"]+w["recheck_hits"]+c.Sleeps, open, "%s, %s: %v, %d sleeps", r.Workload, side, w, c.Sleeps)
+				// Long spins are spins, and only a dialed connection's reader spins long.
+				assert.LessOrEqual(t, float64(w["long_spins"]), float64(w["spin_hits"]+w["spin_misses"])+open, "%s, %s: %v", r.Workload, side, w)
+				if side == "server" {
+					assert.Zero(t, w["long_spins"], "%s: the server's waits never spin long", r.Workload)
+				}
 			}
 		}
 		for _, d := range r.Redials {
@@ -392,9 +397,9 @@ func TestStacksbench(t *testing.T) {
 	probeRow := regexp.MustCompile(`(?m)^\s+(smcloop|tcp|unix)\s+\d+,\d+\s+[\d.]+\s+[\d.]+x\s+[\d,.]+\s+[\d,.]+\s+[\d,.]+\s+(SMCD|plain)×\d+([ \t]+\S.*×\d+)?[ \t]*$`)
 	assert.Len(t, probeRow.FindAllString(probe, -1), 3, "the connection counts' rows:\n%s", probe)
 	assert.Regexp(t, `(?m)^\s+smcloop\s.*SMCD×2\s*$`, out, "the server saw SMCD")
-	// The waits: a row per workload of smcloop, eight client/server pairs each.
+	// The waits: a row per workload of smcloop, nine client/server pairs each.
 	_, waits, _ := strings.Cut(out, "\nSMCLOOP WAITS")
-	waitRow := regexp.MustCompile(`(?m)^\s+[A-Za-z0-9-]+\s+smcloop(\s+[\d.]+/[\d.]+){8}\s*$`)
+	waitRow := regexp.MustCompile(`(?m)^\s+[A-Za-z0-9-]+\s+smcloop(\s+[\d.]+/[\d.]+){9}\s*$`)
 	assert.Len(t, waitRow.FindAllString(waits, -1), 5, "the waits' rows:\n%s", waits)
 	// The context switches: a row per workload and transport, voluntary, ratio and forced.
 	_, switches, _ := strings.Cut(out, "\nCONTEXT SWITCHES")

@@ -382,17 +382,19 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 
 		fmt.Fprintf(out, "\nSMCLOOP WAITS  how the blocking Reads and Writes ended (ConnStats.ReadWaits + WriteWaits), per operation,\n"+
 			"  client/server, median of rounds: the spin caught the bytes, ran out, or was skipped (the spin backs off after\n"+
-			"  misses); then a short futex sleep caught them or ran out; the deadline had passed (net/http's server ends its\n"+
-			"  background read so); doorbell = sleeps on the doorbell\n\n")
+			"  misses); long = of those spins, the long ones for answers (a dialed reader whose answers come within a few\n"+
+			"  wake-ups); then a short futex sleep caught them or ran out; the deadline had passed (net/http's server ends\n"+
+			"  its background read so); doorbell = sleeps on the doorbell\n\n")
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "  workload\ttransport\twaits\tspin hit\tspin miss\tspin skip\tfutex hit\tfutex miss\tdeadline\tdoorbell\t\n")
+		fmt.Fprintf(tw, "  workload\ttransport\twaits\tspin hit\tspin miss\tspin skip\tlong\tfutex hit\tfutex miss\tdeadline\tdoorbell\t\n")
 		r.eachSMC(wls, func(w, tr string, rows []*Result) {
 			per := perOp(rows)
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w, tr,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w, tr,
 				per(func(c *counters) uint64 { return c.Waits.Waits }),
 				per(func(c *counters) uint64 { return c.Waits.SpinHits }),
 				per(func(c *counters) uint64 { return c.Waits.SpinMisses }),
 				per(func(c *counters) uint64 { return c.Waits.SpinSkips }),
+				per(func(c *counters) uint64 { return c.Waits.LongSpins }),
 				per(func(c *counters) uint64 { return c.Waits.FutexHits }),
 				per(func(c *counters) uint64 { return c.Waits.FutexMisses }),
 				per(func(c *counters) uint64 { return c.Waits.Deadlines }),

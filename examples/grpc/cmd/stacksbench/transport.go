@@ -248,6 +248,7 @@ type waits struct {
 	FutexMisses uint64 `json:"futex_misses"`
 	Deadlines   uint64 `json:"deadlines"`
 	RecheckHits uint64 `json:"recheck_hits"`
+	LongSpins   uint64 `json:"long_spins"`
 }
 
 // add returns w + o, or w - o with minus, field by field.
@@ -262,6 +263,7 @@ func (w waits) add(o smcloop.WaitStats, minus bool) waits {
 		Waits: f(w.Waits, o.Waits), SpinHits: f(w.SpinHits, o.SpinHits), SpinMisses: f(w.SpinMisses, o.SpinMisses),
 		SpinSkips: f(w.SpinSkips, o.SpinSkips), FutexHits: f(w.FutexHits, o.FutexHits), FutexMisses: f(w.FutexMisses, o.FutexMisses),
 		Deadlines: f(w.Deadlines, o.Deadlines), RecheckHits: f(w.RecheckHits, o.RecheckHits),
+		LongSpins: f(w.LongSpins, o.LongSpins),
 	}
 }
 
