@@ -293,7 +293,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		// not spin or has run out, so that an answer caught within yieldSpin pays nothing
 		// for it.
 		short := c.spinFor(sp)
-		long := answers && !short && c.spinsLong(sp)
+		long := answers && !short && c.spinsLong(sp, false)
 		if !short && !long {
 			ws.spinSkips.Add(1)
 			break
@@ -304,23 +304,36 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 			ws.longSpins.Add(1)
 		}
 		hit := spinYield(ready, start, span)
-		if !hit && short && answers && c.spinsLong(sp) {
+		if !hit && short && answers && c.spinsLong(sp, true) {
+			sp.missed() // the default spin ran out
+			long = true
 			ws.longSpins.Add(1)
 			hit = spinYield(ready, start, c.longSpinBudget())
 		}
+		// The default spin's back-off follows the default spin alone: a long spin's outcome
+		// is the long spin's rule's (answered), or a long spin that catches answers would
+		// set every other wait of the direction spinning again.
 		if hit {
-			sp.hit()
+			if !long {
+				sp.hit()
+			}
 			if answers {
 				sp.answeredQuick() // within the spin's span
+				sp.spinMark = spinsBegun()
 			}
 			ws.spinHits.Add(1)
 			return nil
 		}
-		sp.missed()
+		if !long {
+			sp.missed()
+		}
 		ws.spinMisses.Add(1)
 	}
 	if answers {
-		defer func() { sp.answered(time.Since(start), true, c.longSpinBudget(), c.wakeCost()) }()
+		defer func() {
+			sp.answered(time.Since(start), true, c.longSpinBudget(), c.wakeCost())
+			sp.spinMark = spinsBegun()
+		}()
 	}
 	// From here the wait sleeps. When it ends because the bytes (or space) may be there,
 	// other directions' spinners see that a wait of the process ended after a sleep
@@ -432,6 +445,8 @@ type spinner struct {
 	found   int
 	probes  uint32
 	quick   uint32
+	// spinMark is spinsBegun when the direction's last wait for answers ended.
+	spinMark uint32
 	// mark is sleptWaits when othersWaiting last looked; ownSlept counts this direction's
 	// own waits that slept since. moved is the connection's bytes both ways at this
 	// direction's last wait (spinFor).
@@ -533,9 +548,24 @@ func (c *Conn) spinFor(sp *spinner) bool {
 
 // spinsLong reports whether a dialed reader's wait with spinner sp spins for the long
 // spin's budget: wake-ups cost more than a quarter of yieldSpin, its recent answers were
-// quick and small, and no other wait of the process is busy (othersWaiting).
-func (c *Conn) spinsLong(sp *spinner) bool {
-	return c.longSpinBudget() > yieldSpin && sp.quick >= quickShare && sp.found < bulkWait && !othersWaiting(sp)
+// quick and small, and no other wait of the process is busy: none began a spin since the
+// direction's last wait ended, and othersWaiting says none else is. spun says the wait
+// has spun its default spin. A process with one P never spins long: there the spinner
+// holds the only P, its other connections' goroutines run only between its checks and
+// their waits rarely show, and 8 net/http connections lost a sixth of their requests per
+// second to it (docs/HISTORY.md).
+func (c *Conn) spinsLong(sp *spinner, spun bool) bool {
+	if c.longSpinBudget() <= yieldSpin || sp.quick < quickShare || sp.found >= bulkWait || runtime.GOMAXPROCS(0) < 2 {
+		return false
+	}
+	// Any spin another wait began since this direction's last wait ended (besides the
+	// wait's own default spin, spun) is another wait busy: the ones that end in spins
+	// never reach othersWaiting's count of slept waits.
+	began := spinsBegun() - sp.spinMark
+	if spun {
+		began--
+	}
+	return began == 0 && !othersWaiting(sp)
 }
 
 // sleptWaits counts the process's waits that ended after a sleep (or a sleep's re-check)
@@ -557,7 +587,7 @@ func othersWaiting(s *spinner) bool {
 	now := sleptWaits.Load()
 	others := now-s.mark > s.ownSlept
 	s.mark, s.ownSlept = now, 0
-	return others || spinners.Load() > 0
+	return others || uint32(spinners.Load()) > 0
 }
 
 // spinHint is the process's recent spin outcome: 0 when spins are caught, up to 3 when
@@ -620,11 +650,11 @@ func spinYield(ready func() bool, start time.Time, span time.Duration) bool {
 	// Spinning pays off for the few connections a process is actively waiting on; with
 	// many waiting at once, the spins would only compete for the CPU. So a process spins
 	// on at most half its Ps at a time (at least one); other waiters sleep at once.
-	if spinners.Add(1) > int32(max(1, runtime.GOMAXPROCS(0)/2)) {
-		spinners.Add(-1)
+	if uint32(spinners.Add(1+spinBegun)) > uint32(max(1, runtime.GOMAXPROCS(0)/2)) {
+		spinners.Add(^uint64(0))
 		return false
 	}
-	defer spinners.Add(-1)
+	defer spinners.Add(^uint64(0))
 	if processIdle() {
 		for i := 1; !ready(); i++ {
 			if i%16 == 0 && time.Since(start) >= tightSpin {
@@ -644,8 +674,16 @@ func spinYield(ready func() bool, start time.Time, span time.Duration) bool {
 	return true
 }
 
-// spinners counts the goroutines of this process in spinYield.
-var spinners atomic.Int32
+// spinners: the low 32 bits count the goroutines of this process in spinYield; the high 32 count
+// the spins begun (spinsBegun), refused ones too, in the same atomic add.
+var spinners atomic.Uint64
+
+// spinBegun is one spin begun in spinners.
+const spinBegun = 1 << 32
+
+// spinsBegun counts the spins the process began (modulo 2^32), a sign of other waits'
+// activity that ends in spins.
+func spinsBegun() uint32 { return uint32(spinners.Load() >> 32) }
 
 var idleSamples = sync.Pool{New: func() any {
 	return &[2]metrics.Sample{{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}

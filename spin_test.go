@@ -395,16 +395,18 @@ func TestSpinnerAnswered(t *testing.T) {
 
 // TestLongSpinRule: spinsLong holds for a wait whose answers came quickly and small,
 // where a wake-up costs more than a quarter of yieldSpin, while no other wait of the
-// process is busy; waitFor asks it only for a dialed connection's reader
+// process is busy, in a process with two Ps or more; waitFor asks it only for a dialed connection's reader
 // (TestDialedReaderSpinsLong).
 func TestLongSpinRule(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	client, server := pipe(t, Config{}, Config{})
 	sp := &client.rx.spin
 	long := func(wake time.Duration, quick uint32) bool {
 		client.testHooks = &connTestHooks{wakeCost: wake}
 		sp.quick = quick
 		othersWaiting(sp) // what other waits did before now is not this wait's business
-		return client.spinsLong(sp)
+		sp.spinMark = spinsBegun()
+		return client.spinsLong(sp, false)
 	}
 	assert.True(t, long(40*time.Microsecond, 256), "quick answers, 40 µs wake-ups")
 	assert.Equal(t, 160*time.Microsecond, client.longSpinBudget(), "four wake-ups")
@@ -413,13 +415,20 @@ func TestLongSpinRule(t *testing.T) {
 	assert.False(t, long(40*time.Microsecond, quickShare-1), "below the share")
 	assert.False(t, long(yieldSpin/4, 256), "wake-ups that cost a quarter of yieldSpin")
 	assert.True(t, long(yieldSpin/4+time.Nanosecond, 256), "a little more")
+	runtime.GOMAXPROCS(1)
+	assert.False(t, long(40*time.Microsecond, 256), "a process with one P")
+	runtime.GOMAXPROCS(2)
 
 	othersWaiting(sp)
 	sleptWaits.Add(1) // another wait of the process ended after a sleep
-	assert.False(t, client.spinsLong(sp), "another wait busy")
+	assert.False(t, client.spinsLong(sp, false), "another wait busy")
 	spinners.Add(1) // another wait spins
 	assert.False(t, long(40*time.Microsecond, 256), "another wait spinning")
-	spinners.Add(-1)
+	spinners.Add(^uint64(0))
+	long(40*time.Microsecond, 256)
+	spinners.Add(spinBegun) // another wait began a spin and ended it since this one's last
+	assert.False(t, client.spinsLong(sp, false), "another wait spun since")
+	assert.True(t, client.spinsLong(sp, true), "the one begun was this wait's own")
 	assert.True(t, long(40*time.Microsecond, 256), "alone again")
 
 	// After the connection moved bulkWait bytes, the reader's waits are bulk.
@@ -440,6 +449,7 @@ func TestLongSpinRule(t *testing.T) {
 // backed off (ReadWaits.LongSpins), and the accepted side's reader does not, with the same
 // history and cost.
 func TestDialedReaderSpinsLong(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	client, server := pipe(t, Config{}, Config{})
 	client.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond}
 	server.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond}
@@ -452,6 +462,7 @@ func TestDialedReaderSpinsLong(t *testing.T) {
 		// Other waits of the process before now (earlier tests') are not this one's.
 		r.rx.mu.Lock()
 		othersWaiting(&r.rx.spin)
+		r.rx.spin.spinMark = spinsBegun()
 		r.rx.mu.Unlock()
 		before := r.Stats().ReadWaits.Waits
 		got := make(chan string, 1)
@@ -488,6 +499,7 @@ func TestDialedReaderSpinsLong(t *testing.T) {
 // only a check delayed that long (a descheduled spinner) catches it in the default spin;
 // the client tries up to five waits for one that did not.
 func TestLongSpinAfterTheShortOne(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	defer spinHint.Store(spinHint.Load())
 	spinHint.Store(0)
 	client, server := pipe(t, Config{}, Config{})
@@ -496,7 +508,7 @@ func TestLongSpinAfterTheShortOne(t *testing.T) {
 		c.rx.mu.Lock()
 		defer c.rx.mu.Unlock()
 		before := c.rx.waits.snapshot()
-		c.rx.spin = spinner{seeded: true, quick: 256} // spins, and its answers were quick
+		c.rx.spin = spinner{seeded: true, quick: 256, spinMark: spinsBegun()} // spins, and its answers were quick
 		othersWaiting(&c.rx.spin)
 		start := time.Now()
 		err := c.waitFor(datapath.Reader, func() bool { return time.Since(start) > yieldSpin+100*time.Microsecond }, &c.rx.deadline)
