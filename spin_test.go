@@ -316,14 +316,7 @@ func TestOthersWaitingCountsBusyWaits(t *testing.T) {
 func TestWaitCountsTheConnectionsTraffic(t *testing.T) {
 	r, w := pipe(t, Config{}, Config{})
 	const n = 40000
-	drained := make(chan error, 1)
-	go func() {
-		_, err := io.ReadFull(w, make([]byte, n))
-		drained <- err
-	}()
-	_, err := r.Write(make([]byte, n))
-	require.NoError(t, err)
-	require.NoError(t, <-drained)
+	moveThrough(t, r, w, n)
 
 	before := r.Stats().ReadWaits.Waits
 	done := make(chan error, 1)
@@ -336,7 +329,7 @@ func TestWaitCountsTheConnectionsTraffic(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the Read never waited")
 		runtime.Gosched()
 	}
-	_, err = w.Write(make([]byte, 10))
+	_, err := w.Write(make([]byte, 10))
 	require.NoError(t, err)
 	require.NoError(t, <-done)
 	r.rx.mu.Lock()
@@ -432,14 +425,7 @@ func TestLongSpinRule(t *testing.T) {
 	assert.True(t, long(40*time.Microsecond, 256), "alone again")
 
 	// After the connection moved bulkWait bytes, the reader's waits are bulk.
-	drained := make(chan error, 1)
-	go func() {
-		_, err := io.ReadFull(server, make([]byte, bulkWait))
-		drained <- err
-	}()
-	_, err := client.Write(make([]byte, bulkWait))
-	require.NoError(t, err)
-	require.NoError(t, <-drained)
+	moveThrough(t, client, server, bulkWait)
 	client.spinFor(sp) // counts what the connection moved
 	assert.False(t, long(40*time.Microsecond, 256), "after bulk")
 }
@@ -526,4 +512,17 @@ func TestLongSpinAfterTheShortOne(t *testing.T) {
 	}
 	assert.True(t, went, "the client's spin went on in none of five waits")
 	assert.Zero(t, wait(server).LongSpins, "the server's did not")
+}
+
+// moveThrough writes n zero bytes on from and reads them all on to.
+func moveThrough(t *testing.T, from, to *Conn, n int) {
+	t.Helper()
+	drained := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(to, make([]byte, n))
+		drained <- err
+	}()
+	_, err := from.Write(make([]byte, n))
+	require.NoError(t, err)
+	require.NoError(t, <-drained)
 }

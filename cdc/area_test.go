@@ -93,14 +93,22 @@ func TestNewArea(t *testing.T) {
 	}
 }
 
-func TestAreaAccess(t *testing.T) {
-	dmb := alignedDMB(cdc.AreaSize + 16)
+// typedArea returns an aligned DMB of n bytes filled with 0xAA and its area, with the
+// message type set.
+func typedArea(t *testing.T, n int) ([]byte, cdc.Area) {
+	t.Helper()
+	dmb := alignedDMB(n)
 	for i := range dmb {
 		dmb[i] = 0xAA
 	}
 	a, err := cdc.NewArea(dmb)
 	require.NoError(t, err)
 	a.SetType()
+	return dmb, a
+}
+
+func TestAreaAccess(t *testing.T) {
+	dmb, a := typedArea(t, cdc.AreaSize+16)
 	assert.Equal(t, byte(0xFE), dmb[0], "byte 0 after SetType")
 	assert.Equal(t, byte(cdc.MsgType), a.Type(), "Type")
 	assert.Equal(t, byte(0xAA), dmb[1], "byte 1 after SetType")
@@ -206,13 +214,7 @@ func TestFlagsString(t *testing.T) {
 // type in byte 0 and the ring's bytes untouched, and WakeDelay takes differences modulo
 // 2^56, refusing those that are not a plausible wake-up.
 func TestWakeStamp(t *testing.T) {
-	dmb := alignedDMB(cdc.AreaSize + 8)
-	for i := range dmb {
-		dmb[i] = 0xAA
-	}
-	a, err := cdc.NewArea(dmb)
-	require.NoError(t, err)
-	a.SetType()
+	dmb, a := typedArea(t, cdc.AreaSize+8)
 	const t0 = int64(0x0123_4567_89AB_CDEF)
 	a.StoreStamp(t0)
 	assert.Equal(t, byte(cdc.MsgType), a.Type(), "byte 0 keeps the message type")
