@@ -3,6 +3,9 @@ package smcloop
 import (
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // ConnStats are a connection's counters, after the kernel's smc_stats where it has one.
@@ -137,6 +140,12 @@ type Statistics struct {
 	// Buffers counts buffer allocations, reuses and downgrades and peer mappings, summed
 	// over the backends (the SMC-D backend's DMBs and link groups).
 	Buffers BufferStats
+	// WakeCost is the process's measure of what a wake-up costs: a moving average of the
+	// delays from a peer's wake call to a woken short sleeper's running again, over
+	// WakeSamples wake-ups (0 before the first). It sets the long spin for answers
+	// (docs/TUNING.md, BusyPoll).
+	WakeCost    time.Duration
+	WakeSamples uint64
 }
 
 // BufferStats are the process-wide buffer counters of the backends (the kernel's
@@ -228,6 +237,7 @@ func ProcessStatistics() Statistics {
 		ClientFallback: procStats.fallback[sideClient].Load(), ServerFallback: procStats.fallback[sideServer].Load(),
 		ClientHandshakeErr: procStats.hsErr[sideClient].Load(), ServerHandshakeErr: procStats.hsErr[sideServer].Load(),
 		ClientReasons: procStats.reasons[sideClient].snapshot(), ServerReasons: procStats.reasons[sideServer].snapshot(),
-		Buffers: smcdProcessBuffers(),
+		Buffers:  smcdProcessBuffers(),
+		WakeCost: datapath.WakeCost(), WakeSamples: datapath.WakeSamples(),
 	}
 }

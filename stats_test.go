@@ -4,11 +4,13 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/smcloop/smcloop/clc"
+	"github.com/smcloop/smcloop/internal/datapath"
 )
 
 // TestProcessStatisticsHandshakes: every handshake outcome is counted once, per side,
@@ -101,5 +103,22 @@ func TestReasonCounterCap(t *testing.T) {
 	assert.Equal(t, maxFallbackReasons, r.n)
 	for code, n := range got {
 		assert.Equal(t, uint64(8), n, "code %d", code)
+	}
+}
+
+// TestProcessStatisticsWakeCost: the process's measured wake-up cost and its sample count
+// are the ones the backends feed (datapath.NoteWake).
+func TestProcessStatisticsWakeCost(t *testing.T) {
+	before := ProcessStatistics()
+	datapath.NoteWake(30 * time.Microsecond)
+	after := ProcessStatistics()
+	require.Greater(t, after.WakeSamples, before.WakeSamples)
+	if after.WakeSamples != before.WakeSamples+1 {
+		t.Skip("another wake-up of the process was measured meanwhile")
+	}
+	if before.WakeSamples == 0 {
+		assert.Equal(t, 30*time.Microsecond, after.WakeCost, "the first sample")
+	} else {
+		assert.Equal(t, before.WakeCost+(30*time.Microsecond-before.WakeCost)/8, after.WakeCost, "an eighth of the way")
 	}
 }
