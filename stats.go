@@ -69,7 +69,7 @@ type WaitStats struct {
 	FutexHits, FutexMisses, Deadlines, RecheckHits uint64
 	// LongSpins counts the waits whose spin was the long one for an answer (counted in
 	// SpinHits or SpinMisses as well): a dialed connection's reader whose answers come
-	// within a few wake-ups (docs/TUNING.md, "Spinning").
+	// within a few wake-ups (docs/TUNING.md, BusyPoll).
 	LongSpins uint64
 }
 

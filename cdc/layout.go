@@ -194,9 +194,9 @@ func stampOf(w uint64) int64 {
 
 // WakeDelay is the time from the wake stamp stamp (LoadStamp) to now (nanoseconds of the
 // same clock), modulo 2^StampBits: how long a short sleeper took to run after its peer
-// woke it. ok is false if the difference is not a plausible wake-up, above max or not
+// woke it. ok is false if the difference is not a plausible wake-up, above limit or not
 // positive (a stamp of an earlier wake-up, a clock step, a lying peer).
-func WakeDelay(stamp, now int64, max int64) (d int64, ok bool) {
+func WakeDelay(stamp, now, limit int64) (d int64, ok bool) {
 	d = (now - stamp) & (1<<StampBits - 1)
-	return d, d > 0 && d <= max
+	return d, d > 0 && d <= limit
 }
