@@ -126,6 +126,7 @@ func main() {
 	}
 	ps := smcloop.ProcessStatistics()
 	r.ClientProcess = handshakes{SMC: ps.ClientSMC, Fallback: ps.ClientFallback, Errors: ps.ClientHandshakeErr, Reasons: reasonNames(ps.ClientReasons)}
+	r.ClientWakeCost, r.ClientWakeSamples = ps.WakeCost, ps.WakeSamples
 	r.summarize(wls)
 
 	if *jsonOut != "-" {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/smcloop/smcloop/internal/wakeprobe"
 )
@@ -99,6 +100,11 @@ type Report struct {
 	// outcomes: this process's dials, and the server children's accepts added up.
 	ClientProcess   handshakes `json:"client_process"`
 	ServerProcesses handshakes `json:"server_processes"`
+	// ClientWakeCost is the client process's measured wake-up cost at the end of the run
+	// (smcloop.ProcessStatistics' WakeCost, over ClientWakeSamples wake-ups), which sets
+	// its long spins for answers.
+	ClientWakeCost    time.Duration `json:"client_wake_cost_ns"`
+	ClientWakeSamples uint64        `json:"client_wake_samples"`
 }
 
 type handshakes struct {
@@ -402,6 +408,8 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 		})
 		tw.Flush()
 		fmt.Fprintf(out, "\n  handshakes  client: %s; servers: %s\n", r.ClientProcess, r.ServerProcesses)
+		fmt.Fprintf(out, "  wake cost   the client measured %s µs per wake-up over %d (its long spins for answers: four, at most 200 µs)\n",
+			num(float64(r.ClientWakeCost)/float64(time.Microsecond)), r.ClientWakeSamples)
 	}
 
 	fmt.Fprintf(out, "\nCONTEXT SWITCHES  getrusage of each process over the measured interval, per operation, client/server, median\n"+
