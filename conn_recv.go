@@ -331,7 +331,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 	}
 	if answers {
 		defer func() {
-			sp.answered(time.Since(start), true, c.longSpinBudget(), c.wakeCost())
+			sp.sleptAnswered(time.Since(start), c.longSpinBudget(), c.wakeCost())
 			sp.spinMark = spinsBegun()
 		}()
 	}
@@ -440,7 +440,7 @@ type spinner struct {
 	// space to write) or that the connection moved between two of them: a larger amount
 	// replaces it, a smaller one takes a quarter off it. probes counts the waits that
 	// reached the probe rule. quick is the share of recent waits answered within the
-	// long spin's budget, in 1/256, each weighing 1/16 (answered).
+	// long spin's budget, in 1/256, each weighing 1/16 (answeredQuick, sleptAnswered).
 	missing uint32
 	found   int
 	probes  uint32
@@ -518,13 +518,10 @@ func (c *Conn) longSpinBudget() time.Duration {
 	return min(longSpinWakes*c.wakeCost(), longSpinMax)
 }
 
-// answered records how long a wait that slept took to its answer against the long
+// sleptAnswered records how long a wait that slept took to its answer against the long
 // spin's budget, less the wake-up (wake) it is taken to have paid.
-func (s *spinner) answered(d time.Duration, slept bool, budget, wake time.Duration) {
-	if slept {
-		d -= wake
-	}
-	if d <= budget {
+func (s *spinner) sleptAnswered(d, budget, wake time.Duration) {
+	if d-wake <= budget {
 		s.answeredQuick()
 	} else {
 		s.quick -= s.quick / 16

@@ -357,30 +357,29 @@ func TestSpinnerAnswered(t *testing.T) {
 	var s spinner
 	steps := []struct {
 		name  string
-		d     time.Duration
-		slept bool
+		do    func()
 		quick uint32
 	}{
-		{"spun, answered in 100 µs", 100 * time.Microsecond, false, 16},
-		{"slept, answered in 190 µs: 150 without the wake-up", 190 * time.Microsecond, true, 16 + 240/16},
-		{"slept, 200 µs: the budget with the wake-up", 200 * time.Microsecond, true, 31 + 225/16},
-		{"slept, 201 µs: past it", 201 * time.Microsecond, true, 45 - 45/16},
-		{"spun, 161 µs: past the budget", 161 * time.Microsecond, false, 43 - 43/16},
+		{"a spin caught it", s.answeredQuick, 16},
+		{"slept, answered in 190 µs: 150 without the wake-up", func() { s.sleptAnswered(190*time.Microsecond, budget, wake) }, 16 + 240/16},
+		{"slept, 200 µs: the budget with the wake-up", func() { s.sleptAnswered(200*time.Microsecond, budget, wake) }, 31 + 225/16},
+		{"slept, 201 µs: past it", func() { s.sleptAnswered(201*time.Microsecond, budget, wake) }, 45 - 45/16},
+		{"a spin caught it again", s.answeredQuick, 43 + 213/16},
 	}
 	for _, st := range steps {
-		s.answered(st.d, st.slept, budget, wake)
+		st.do()
 		require.Equal(t, st.quick, s.quick, st.name)
 	}
 	s = spinner{}
 	n := 0
 	for s.quick < quickShare {
-		s.answered(time.Microsecond, false, budget, wake)
+		s.answeredQuick()
 		n++
 	}
 	assert.Equal(t, 23, n, "quick answers in a row before a new direction spins long")
 	n = 0
 	for s.quick >= quickShare {
-		s.answered(time.Second, true, budget, wake)
+		s.sleptAnswered(time.Second, budget, wake)
 		n++
 	}
 	assert.Equal(t, 1, n, "one slow answer ends it")
