@@ -311,8 +311,8 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 			hit = spinYield(ready, start, c.longSpinBudget())
 		}
 		// The default spin's back-off follows the default spin alone: a long spin's outcome
-		// is the long spin's rule's (answeredQuick, sleptAnswered), or a long spin that catches answers would
-		// set every other wait of the direction spinning again.
+		// is the long spin's rule's (answeredQuick, sleptAnswered), or a long spin that
+		// catches answers would set every other wait of the direction spinning again.
 		if hit {
 			if !long {
 				sp.hit()
