@@ -73,7 +73,7 @@ func TestLoad10kConns(t *testing.T) {
 	// Shared memory: what the DMB memfds of both processes hold allocated (their
 	// blocks), and what the two processes touched (their proportional shares of shared
 	// pages, which add up to the pages either touched).
-	alloc := dmbAllocated(t, cli.pid()) + dmbAllocated(t, srv.pid())
+	alloc := dmbAllocated(t, cli.pid(), srv.pid())
 	touched := pssShmem(t, cli.pid()) + pssShmem(t, srv.pid())
 	t.Logf("shared memory after %d messages each way on each connection: %.1f KiB allocated, %.1f KiB touched per connection",
 		loadRounds, float64(alloc)/1024/float64(conns), float64(touched)/1024/float64(conns))
@@ -358,24 +358,40 @@ func peerLoadClient(args []string) error {
 	return nil
 }
 
-// dmbAllocated is the memory allocated to the DMB memfds that process pid holds
-// descriptors for (each slab's owner holds one): their blocks, from /proc/PID/fd.
-func dmbAllocated(t *testing.T, pid int) int64 {
+// dmbAllocated is the memory allocated to the DMB memfds that processes pids hold
+// descriptors for: their blocks, from /proc/PID/fd, each memfd counted once. A slab's
+// owner holds its memfd for the slab's life; an attacher holds its peer's for a moment,
+// between the attach reply and its mmap, so a process measured just after a handshake
+// may show its peer's slab too: counting each inode once (and, in the caller, leaving
+// out the slabs a process owns) keeps that from counting twice or as the wrong side's.
+func dmbAllocated(t *testing.T, pids ...int) int64 {
 	t.Helper()
-	dir := procDir(pid) + "/fd"
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
+	return dmbAllocatedExcept(t, nil, pids...)
+}
+
+// dmbAllocatedExcept is dmbAllocated without the memfds in except.
+func dmbAllocatedExcept(t *testing.T, except inodeSet, pids ...int) int64 {
+	t.Helper()
+	seen := inodeSet{}
 	var total int64
-	for _, e := range ents {
-		path := dir + "/" + e.Name()
-		if target, err := os.Readlink(path); err != nil || !strings.Contains(target, dmbName) {
-			continue
-		}
-		fi, err := os.Stat(path)
-		if err != nil {
-			continue
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+	for _, pid := range pids {
+		dir := procDir(pid) + "/fd"
+		ents, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range ents {
+			path := dir + "/" + e.Name()
+			if target, err := os.Readlink(path); err != nil || !strings.Contains(target, dmbName) {
+				continue
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				continue
+			}
+			st, ok := fi.Sys().(*syscall.Stat_t)
+			if !ok || seen[st.Ino] || except[st.Ino] {
+				continue
+			}
+			seen[st.Ino] = true
 			total += st.Blocks * 512
 		}
 	}
