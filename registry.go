@@ -141,8 +141,20 @@ func addConnStats(s *introspect.Stats, c *Conn) {
 	s.RingsSuppressed += st.RingsSuppressed
 	s.BufFull += c.meter.rxFull.Load()
 	s.BufFullPeer += c.meter.txFull.Load()
+	s.ReadWaits.Add(st.ReadWaits.introspected())
+	s.WriteWaits.Add(st.WriteWaits.introspected())
+	s.DoorbellSleeps += st.Sleeps
+	s.FutexSleeps += st.FutexSleeps
+	s.FutexWakes += st.FutexWakes
 	c.meter.rxSizes.addTo(&s.RxSizes)
 	c.meter.txSizes.addTo(&s.TxSizes)
+}
+
+// introspected returns w as the introspection protocol carries it.
+func (w WaitStats) introspected() introspect.Waits {
+	return introspect.Waits{Waits: w.Waits, SpinHits: w.SpinHits, SpinMisses: w.SpinMisses, LongSpins: w.LongSpins,
+		SpinSkips: w.SpinSkips, FutexHits: w.FutexHits, FutexMisses: w.FutexMisses, Deadlines: w.Deadlines,
+		RecheckHits: w.RecheckHits}
 }
 
 func trackListener(l *Listener) {
@@ -312,6 +324,7 @@ func processCounters() introspect.Stats {
 		s.Fallbacks = append(s.Fallbacks, *r)
 	}
 	sort.Slice(s.Fallbacks, func(i, j int) bool { return s.Fallbacks[i].Code < s.Fallbacks[j].Code })
+	s.WakeCostNs, s.WakeSamples = int64(ps.WakeCost), ps.WakeSamples
 	b := ps.Buffers
 	s.RMBAlloc, s.RMBReuse, s.RMBDowngrade, s.PeerAttach, s.PeerReuse = b.RMBAlloc, b.RMBReuse, b.RMBDowngrade, b.PeerAttach, b.PeerReuse
 	return s

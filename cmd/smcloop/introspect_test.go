@@ -179,7 +179,25 @@ func peerChild() error {
 	if err := move(a, as, 1000); err != nil {
 		return err
 	}
-	if err := move(as, a, 300); err != nil {
+	// The answer comes while a's Read waits for it: the process counts one read wait
+	// (how it ends depends on how the threads meet).
+	waited := func(from, to *smcloop.Conn, n int) error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := io.ReadFull(to, make([]byte, n))
+			done <- err
+		}()
+		for end := time.Now().Add(watchdog); to.Stats().ReadWaits.Waits == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				return fmt.Errorf("the Read did not wait within %v", watchdog)
+			}
+		}
+		if _, err := from.Write(make([]byte, n)); err != nil {
+			return err
+		}
+		return <-done
+	}
+	if err := waited(as, a, 300); err != nil {
 		return err
 	}
 	b, bs, err := pair(l2)
@@ -385,6 +403,7 @@ func TestSSAndStats(t *testing.T) {
 		},
 		TxBytes: 1300, RxBytes: 1300, TxCalls: 2, RxCalls: 2, TCPTxBytes: 200, TCPRxBytes: 200,
 		TxSizes: introspect.Hist{2}, RxSizes: introspect.Hist{2},
+		ReadWaits: introspect.Waits{Waits: 1},
 	}
 	wantStats.RMBSizes[introspect.Bucket(rep.RMBSize)]++
 	wantStats.RMBSizes[introspect.Bucket(rep.SRMBSize)]++
@@ -411,9 +430,20 @@ func TestSSAndStats(t *testing.T) {
 	}
 	// strip zeroes the counters whose values depend on how the two processes' threads
 	// met (doorbells) or on buffers reused within the process.
+	// So do the ways the one read wait could end, which are checked apart: exactly one
+	// of them.
 	strip := func(s introspect.Stats) introspect.Stats {
 		s.RMBAlloc, s.RMBReuse, s.RMBDowngrade, s.PeerAttach, s.PeerReuse = 0, 0, 0, 0, 0
 		s.RingsSent, s.RingsSuppressed = 0, 0
+		w := s.ReadWaits
+		assert.Equal(t, w.Waits, w.SpinHits+w.FutexHits+w.RecheckHits+w.Deadlines+s.DoorbellSleeps,
+			"every read wait ended one way: %+v, %d doorbell sleeps", w, s.DoorbellSleeps)
+		assert.LessOrEqual(t, w.LongSpins, w.SpinHits+w.SpinMisses, "long spins are spins")
+		assert.LessOrEqual(t, w.FutexHits+w.FutexMisses, s.FutexSleeps, "futex outcomes are futex sleeps")
+		assert.LessOrEqual(t, s.FutexWakes, s.FutexSleeps, "the process woke its own futex sleepers only")
+		assert.Equal(t, s.WakeSamples > 0, s.WakeCostNs > 0, "a wake-up cost with its samples")
+		s.ReadWaits = introspect.Waits{Waits: w.Waits}
+		s.DoorbellSleeps, s.FutexSleeps, s.FutexWakes, s.WakeCostNs, s.WakeSamples = 0, 0, 0, 0, 0
 		return s
 	}
 	_, s := peerStats("stats", "--json")
@@ -427,7 +457,8 @@ func TestSSAndStats(t *testing.T) {
 	require.NoError(t, err)
 	for _, l := range []string{"Total connections handled", "  SMC connections", "  TCP fallbacks",
 		"    0x03010000 PEERNOSMC", "SMC-D data (bytes)", "Buffer full", "Bufs (local DMB)", "Reqs TX",
-		"Special calls", "Doorbells rung", "Buffers allocated"} {
+		"Special calls", "Doorbells rung", "Buffers allocated", "Waits", "  in all", "  spin hits",
+		"    long spins", "  futex hits", "Doorbell sleeps", "Futex sleeps", "Wake-up cost"} {
 		assert.Contains(t, out, "\n"+l, "stats output")
 	}
 	var procLine []string
@@ -437,7 +468,9 @@ func TestSSAndStats(t *testing.T) {
 		}
 	}
 	require.NotNil(t, procLine, "the peer's line in:\n%s", out)
-	assert.Equal(t, []string{pidS, procLine[1], "5", "2", "3", "0", "1300", "1300"}, procLine)
+	assert.Equal(t, []string{pidS, procLine[1], "5", "2", "3", "0", "1300", "1300", procLine[8]}, procLine)
+	assert.Regexp(t, `^(-|\d+\.\dµs)$`, procLine[8], "the peer's wake-up cost")
+	assert.Regexp(t, `\n  in all +1 +0\n`, out, "the read wait")
 
 	t.Run("OtherUser", func(t *testing.T) {
 		n := startChild(t, asnobody.Command(t, "-test.run=^TestCLIChild$"), "nobody", pidS)
@@ -464,6 +497,7 @@ func TestSSAndStats(t *testing.T) {
 	assert.True(t, r.Reset)
 	assert.Equal(t, wantStats, strip(s))
 	_, s = peerStats("stats", "--json")
+	s.WakeCostNs = 0 // a moving average: a reset leaves it
 	assert.Equal(t, introspect.Stats{ConnsNow: 5, ListenersNow: 2, Fallbacks: []introspect.Reason{
 		{Code: 0x03010000, Name: "PEERNOSMC"}, {Code: 0x03030001, Name: "NOSMCDDEV"}, {Code: 0x05000000, Name: "PEERDECL"},
 	}}, s)

@@ -156,15 +156,50 @@ func printStats(w io.Writer, rep *statsReport) {
 	fmt.Fprintln(w)
 
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "Waits\tRead\tWrite")
+	r, x := &h.ReadWaits, &h.WriteWaits
+	for _, row := range []struct {
+		name string
+		r, w uint64
+	}{
+		{"  in all", r.Waits, x.Waits},
+		{"  spin hits", r.SpinHits, x.SpinHits},
+		{"  spin misses", r.SpinMisses, x.SpinMisses},
+		{"    long spins", r.LongSpins, x.LongSpins},
+		{"  spins skipped", r.SpinSkips, x.SpinSkips},
+		{"  futex hits", r.FutexHits, x.FutexHits},
+		{"  futex misses", r.FutexMisses, x.FutexMisses},
+		{"  recheck hits", r.RecheckHits, x.RecheckHits},
+		{"  deadlines", r.Deadlines, x.Deadlines},
+	} {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", row.name, row.r, row.w)
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	line("Doorbell sleeps", h.DoorbellSleeps, "")
+	line("Futex sleeps", h.FutexSleeps, fmt.Sprintf("peers' woken %d", h.FutexWakes))
+	line("Wake-up cost", wakeCost(h), fmt.Sprintf("over %d wake-ups", h.WakeSamples))
+	tw.Flush()
+	fmt.Fprintln(w)
+
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	writeRow(tw, processHeader)
 	for _, p := range rep.Processes {
 		s := &p.Stats
 		writeRow(tw, []string{strconv.Itoa(p.Process.PID), p.Process.Command, strconv.Itoa(s.ConnsNow),
 			u64(s.ClientSMC + s.ServerSMC), u64(s.ClientFallback + s.ServerFallback),
-			u64(s.ClientHandshakeErr + s.ServerHandshakeErr), u64(s.TxBytes), u64(s.RxBytes)})
+			u64(s.ClientHandshakeErr + s.ServerHandshakeErr), u64(s.TxBytes), u64(s.RxBytes), wakeCost(s)})
 	}
 	tw.Flush()
 }
 
 // processHeader heads the per-process lines of `smcloop stats`.
-var processHeader = []string{"PID", "Command", "Open", "SMC", "Fallback", "HsErrs", "TX bytes", "RX bytes"}
+var processHeader = []string{"PID", "Command", "Open", "SMC", "Fallback", "HsErrs", "TX bytes", "RX bytes", "WakeCost"}
+
+// wakeCost formats a measured wake-up cost, "-" before the first.
+func wakeCost(s *introspect.Stats) string {
+	if s.WakeCostNs <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fµs", float64(s.WakeCostNs)/1e3)
+}

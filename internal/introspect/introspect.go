@@ -260,6 +260,53 @@ type Stats struct {
 	RMBDowngrade uint64 `json:"rmb_downgrade"`
 	PeerAttach   uint64 `json:"peer_attach"`
 	PeerReuse    uint64 `json:"peer_reuse"`
+
+	// ReadWaits and WriteWaits tell how the SMC-D connections' waits ended: Reads on an
+	// empty buffer and Writes on a full one (smcloop.WaitStats, summed).
+	ReadWaits  Waits `json:"read_waits"`
+	WriteWaits Waits `json:"write_waits"`
+	// DoorbellSleeps counts the waits that slept on the doorbell; FutexSleeps the short
+	// sleeps on the wake word and FutexWakes the peers' short sleeps this process woke.
+	DoorbellSleeps uint64 `json:"doorbell_sleeps"`
+	FutexSleeps    uint64 `json:"futex_sleeps"`
+	FutexWakes     uint64 `json:"futex_wakes"`
+	// WakeCostNs is the process's measured wake-up cost in nanoseconds, a moving average
+	// over its wake-ups (smcloop.Statistics.WakeCost; a reset leaves it as it is), and
+	// WakeSamples the wake-ups measured. Summed over processes, the cost is their average
+	// weighted by WakeSamples.
+	WakeCostNs  int64  `json:"wake_cost_ns"`
+	WakeSamples uint64 `json:"wake_samples"`
+}
+
+// Waits are how a direction's waits ended (smcloop.WaitStats): Waits in all; SpinHits
+// and SpinMisses the spins that found the bytes (or space) or ran out, LongSpins those of
+// them that were a long spin for an answer; SpinSkips the waits that did not spin;
+// FutexHits and FutexMisses the short sleeps on the wake word that ended woken or ran
+// out; Deadlines the waits a passed deadline ended; RecheckHits those the check after
+// announcing a doorbell sleep ended. The others slept on the doorbell.
+type Waits struct {
+	Waits       uint64 `json:"waits"`
+	SpinHits    uint64 `json:"spin_hits"`
+	SpinMisses  uint64 `json:"spin_misses"`
+	LongSpins   uint64 `json:"long_spins"`
+	SpinSkips   uint64 `json:"spin_skips"`
+	FutexHits   uint64 `json:"futex_hits"`
+	FutexMisses uint64 `json:"futex_misses"`
+	Deadlines   uint64 `json:"deadlines"`
+	RecheckHits uint64 `json:"recheck_hits"`
+}
+
+func (w *Waits) counters() []*uint64 {
+	return []*uint64{&w.Waits, &w.SpinHits, &w.SpinMisses, &w.LongSpins, &w.SpinSkips,
+		&w.FutexHits, &w.FutexMisses, &w.Deadlines, &w.RecheckHits}
+}
+
+// Add adds o to w.
+func (w *Waits) Add(o Waits) {
+	dst, src := w.counters(), o.counters()
+	for i := range dst {
+		*dst[i] += *src[i]
+	}
 }
 
 // counters lists the monotonic counters of s, for Add and Sub.
@@ -269,7 +316,10 @@ func (s *Stats) counters() []*uint64 {
 		&s.TxBytes, &s.RxBytes, &s.TxCalls, &s.RxCalls, &s.TCPTxBytes, &s.TCPRxBytes, &s.BufFull, &s.BufFullPeer,
 		&s.CorkPushes, &s.NoDelayPushes, &s.SendfileCalls, &s.RingsSent, &s.RingsSuppressed,
 		&s.RMBAlloc, &s.RMBReuse, &s.RMBDowngrade, &s.PeerAttach, &s.PeerReuse,
+		&s.DoorbellSleeps, &s.FutexSleeps, &s.FutexWakes, &s.WakeSamples,
 	}
+	c = append(c, s.ReadWaits.counters()...)
+	c = append(c, s.WriteWaits.counters()...)
 	for _, h := range []*Hist{&s.RMBSizes, &s.PeerRMBSizes, &s.TxSizes, &s.RxSizes} {
 		for i := range h {
 			c = append(c, &h[i])
@@ -278,8 +328,12 @@ func (s *Stats) counters() []*uint64 {
 	return c
 }
 
-// Add adds o's counters, connections and listeners to s.
+// Add adds o's counters, connections and listeners to s; the wake-up cost becomes the
+// average of both, weighted by their wake-ups.
 func (s *Stats) Add(o *Stats) {
+	if n := s.WakeSamples + o.WakeSamples; n > 0 {
+		s.WakeCostNs = int64((float64(s.WakeCostNs)*float64(s.WakeSamples) + float64(o.WakeCostNs)*float64(o.WakeSamples)) / float64(n))
+	}
 	dst, src := s.counters(), o.counters()
 	for i := range dst {
 		*dst[i] += *src[i]
