@@ -267,3 +267,63 @@ func ExampleConn_Stats() {
 	// TCP after the handshake: sent 0 received 0
 	// handshake bytes exchanged: true
 }
+
+// A writer fills the peer's buffer in place and a reader checks the bytes where they lie:
+// no copy on either side beyond the writer's own filling. A large message takes several
+// reservations (each at most one autosplit segment, 32 KiB by default), and the reader
+// leases what has arrived, span by span.
+func ExampleConn_Reserve() {
+	ln, err := smcloop.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	const size = 100 << 10
+	sum := make(chan int, 1)
+	go func() { // the reader: adds up the bytes in place
+		c, err := ln.AcceptSMC()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+		total := 0
+		for got := 0; got < size; {
+			l, err := c.Lease()
+			if err != nil {
+				log.Fatal(err)
+			}
+			for _, b := range l.Bytes() {
+				total += int(b)
+			}
+			got += len(l.Bytes())
+			if err := l.Release(len(l.Bytes())); err != nil {
+				log.Fatal(err)
+			}
+		}
+		sum <- total
+	}()
+
+	c, err := smcloop.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	reservations := 0
+	for left := size; left > 0; {
+		res, err := c.Reserve(left)
+		if err != nil {
+			log.Fatal(err)
+		}
+		buf := res.Bytes()
+		for i := range buf {
+			buf[i] = 1 // build the message in place
+		}
+		if err := res.Commit(len(buf)); err != nil {
+			log.Fatal(err)
+		}
+		left -= len(buf)
+		reservations++
+	}
+	fmt.Println("sum", <-sum, "in at least", size/(32<<10), "reservations:", reservations >= size/(32<<10))
+	// Output: sum 102400 in at least 3 reservations: true
+}

@@ -38,18 +38,26 @@ var (
 
 // zeroCopy is a connection's outstanding lease and reservation, and a Close that waits
 // for them to end before it releases the buffers.
+//
+// The lease changes only under rx.mu and the reservation only under tx.mu, each with an
+// atomic store, so the calls of a zero-copy exchange (and every Read and Write, which ask
+// whether one is out) take no lock of their own. mu orders Close with the end of the
+// last one out: Close sets closing, then looks at both under mu; an end clears its
+// pointer, then takes mu only if closing is set. One of the two sees the other's store
+// (sequentially consistent atomics), so exactly one of them closes the link.
 type zeroCopy struct {
+	lease   atomic.Pointer[Lease]
+	resv    atomic.Pointer[Reservation]
+	closing atomic.Bool // Close ran (closeOwed says whether it left the link's Close owed)
+
 	mu        sync.Mutex
-	lease     *Lease
-	resv      *Reservation
-	leased    atomic.Bool // lease != nil, for the checks of every Read and Write
-	reserved  atomic.Bool // resv != nil
-	closeOwed bool        // Close ran while one was out: the link's Close is owed
-	closeDone bool        // the owed link Close's peerDone
-	fbRx      []byte
-	fbRxOff   int // fallback: first unreleased byte of fbRx
-	fbRxEnd   int
-	fbTx      []byte
+	closeOwed bool // Close ran while one was out: the link's Close is owed; mu
+	closeDone bool // the owed link Close's peerDone; mu
+
+	fbRx    []byte
+	fbRxOff int // fallback: first unreleased byte of fbRx
+	fbRxEnd int
+	fbTx    []byte
 }
 
 // deferClose is Close's last step: it reports true if the link may be closed now, or
@@ -58,10 +66,12 @@ func (c *Conn) deferClose(peerDone bool) bool {
 	z := &c.zc
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.lease == nil && z.resv == nil {
+	z.closeOwed, z.closeDone = true, peerDone
+	z.closing.Store(true)
+	if z.lease.Load() == nil && z.resv.Load() == nil {
+		z.closeOwed = false
 		return true
 	}
-	z.closeOwed, z.closeDone = true, peerDone
 	return false
 }
 
@@ -69,17 +79,17 @@ func (c *Conn) deferClose(peerDone bool) bool {
 // It reports false if it was no longer out.
 func (c *Conn) endZeroCopy(l *Lease, r *Reservation) bool {
 	z := &c.zc
-	z.mu.Lock()
 	switch {
-	case l != nil && z.lease == l:
-		z.putLease(nil)
-	case r != nil && z.resv == r:
-		z.putResv(nil)
+	case l != nil && z.lease.CompareAndSwap(l, nil):
+	case r != nil && z.resv.CompareAndSwap(r, nil):
 	default:
-		z.mu.Unlock()
 		return false
 	}
-	owed := z.closeOwed && z.lease == nil && z.resv == nil
+	if !z.closing.Load() {
+		return true
+	}
+	z.mu.Lock()
+	owed := z.closeOwed && z.lease.Load() == nil && z.resv.Load() == nil
 	if owed {
 		z.closeOwed = false
 	}
@@ -95,8 +105,9 @@ func (c *Conn) endZeroCopy(l *Lease, r *Reservation) bool {
 // Lease is a reader's hold on unread bytes in place, in the connection's receive ring.
 type Lease struct {
 	c   *Conn
-	buf []byte // the first span
-	n   int    // bytes held: the first span and every span More added
+	buf []byte // the first span; set before the lease is out, and changed after only on a fallback connection (under zc.mu)
+	n   int    // bytes held: the first span and every span More added; changed under rx.mu and zc.mu
+	fb  bool   // a fallback connection's lease (buf may move)
 }
 
 // Len is how many bytes the lease holds: those of Bytes and of every span More returned.
@@ -104,9 +115,10 @@ func (l *Lease) Len() int {
 	if l == nil {
 		return 0
 	}
-	l.c.zc.mu.Lock()
-	defer l.c.zc.mu.Unlock()
-	if l.c.zc.lease != l {
+	z := &l.c.zc
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.lease.Load() != l {
 		return 0
 	}
 	return l.n
@@ -118,9 +130,16 @@ func (l *Lease) Bytes() []byte {
 	if l == nil {
 		return nil
 	}
-	l.c.zc.mu.Lock()
-	defer l.c.zc.mu.Unlock()
-	if l.c.zc.lease != l {
+	z := &l.c.zc
+	if !l.fb {
+		if z.lease.Load() != l {
+			return nil
+		}
+		return l.buf
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.lease.Load() != l {
 		return nil
 	}
 	return l.buf
@@ -151,9 +170,7 @@ func (c *Conn) Lease() (*Lease, error) {
 		}
 	}
 	l := &Lease{c: c, buf: span, n: len(span)}
-	c.zc.mu.Lock()
-	c.zc.putLease(l)
-	c.zc.mu.Unlock()
+	c.zc.lease.Store(l)
 	return l, nil
 }
 
@@ -190,10 +207,9 @@ func (l *Lease) More() ([]byte, error) {
 }
 
 // check tells whether l (or r) is still out (else ErrZeroCopyDone) and n within the held
-// bytes (else ErrZeroCopyRange).
+// bytes (else ErrZeroCopyRange). For a lease, rx.mu is held.
 func (z *zeroCopy) check(l *Lease, r *Reservation, n int) error {
-	z.mu.Lock()
-	current := l != nil && z.lease == l || r != nil && z.resv == r
+	current := l != nil && z.lease.Load() == l || r != nil && z.resv.Load() == r
 	held := 0
 	switch {
 	case l != nil:
@@ -201,7 +217,6 @@ func (z *zeroCopy) check(l *Lease, r *Reservation, n int) error {
 	case r != nil:
 		held = len(r.buf)
 	}
-	z.mu.Unlock()
 	switch {
 	case !current:
 		return ErrZeroCopyDone
@@ -211,22 +226,11 @@ func (z *zeroCopy) check(l *Lease, r *Reservation, n int) error {
 	return nil
 }
 
-// putLease and putResv set the outstanding lease or reservation (nil: none); z.mu is
-// held. leaseOut and resvOut read the flags they keep without the lock: every Read and
+// leaseOut and resvOut report whether a lease or a reservation is out: every Read and
 // Write asks.
-func (z *zeroCopy) putLease(l *Lease) {
-	z.lease = l
-	z.leased.Store(l != nil)
-}
+func (z *zeroCopy) leaseOut() bool { return z.lease.Load() != nil }
 
-func (z *zeroCopy) putResv(r *Reservation) {
-	z.resv = r
-	z.reserved.Store(r != nil)
-}
-
-func (z *zeroCopy) leaseOut() bool { return z.leased.Load() }
-
-func (z *zeroCopy) resvOut() bool { return z.reserved.Load() }
+func (z *zeroCopy) resvOut() bool { return z.resv.Load() != nil }
 
 // Release ends the lease and consumes its first n bytes (0 ≤ n ≤ len(Bytes())); the
 // rest stays unread for the next Read or Lease. It returns ErrZeroCopyDone if the
@@ -270,12 +274,7 @@ type Reservation struct {
 // Bytes is the reserved space: valid until Commit or Cancel, nil after. Its contents
 // are what the last connection through this buffer left: fill what you commit.
 func (r *Reservation) Bytes() []byte {
-	if r == nil {
-		return nil
-	}
-	r.c.zc.mu.Lock()
-	defer r.c.zc.mu.Unlock()
-	if r.c.zc.resv != r {
+	if r == nil || r.c.zc.resv.Load() != r {
 		return nil
 	}
 	return r.buf
@@ -284,6 +283,9 @@ func (r *Reservation) Bytes() []byte {
 // Reserve waits until the peer's ring has room (or the write deadline passes, or the
 // connection ends) and reserves up to n bytes of it in place: as many as lie
 // contiguously from the write position, at least one. Commit publishes what was filled.
+// A large n (4/3 of Config.AutosplitSize or more) gets at most AutosplitSize bytes, as a
+// large Write is published in segments of that size: the reader starts on the first while
+// the writer fills the next, so a message is reserved and committed in a loop.
 func (c *Conn) Reserve(n int) (*Reservation, error) {
 	c, err := c.resolve("reserve")
 	if err != nil {
@@ -311,14 +313,16 @@ func (c *Conn) Reserve(n int) (*Reservation, error) {
 			return nil, err
 		}
 		off = int(c.tx.prepared.Count)
-		if k, err = c.commitLocked(min(n, free, c.tx.size-off)); err != nil {
+		want := min(n, free, c.tx.size-off)
+		if split := splitSize(n, c.cfg.autosplit); split > 0 {
+			want = min(want, split) // as Write publishes a large write: in segments
+		}
+		if k, err = c.commitLocked(want); err != nil {
 			return nil, c.opError("reserve", err)
 		}
 	}
 	r := &Reservation{c: c, buf: c.backend.TxBuf()[off : off+k : off+k]}
-	c.zc.mu.Lock()
-	c.zc.putResv(r)
-	c.zc.mu.Unlock()
+	c.zc.resv.Store(r)
 	return r, nil
 }
 
@@ -365,11 +369,11 @@ const (
 
 func (c *Conn) leaseFallback() (*Lease, error) {
 	z := &c.zc
+	c.rx.mu.Lock()
+	defer c.rx.mu.Unlock()
 	if z.leaseOut() {
 		return nil, c.opError("lease", ErrZeroCopyBusy)
 	}
-	c.rx.mu.Lock()
-	defer c.rx.mu.Unlock()
 	if z.fbRxOff == z.fbRxEnd {
 		if z.fbRx == nil {
 			z.fbRx = make([]byte, fallbackLease)
@@ -380,10 +384,8 @@ func (c *Conn) leaseFallback() (*Lease, error) {
 		}
 		z.fbRxOff, z.fbRxEnd = 0, n
 	}
-	l := &Lease{c: c, buf: z.fbRx[z.fbRxOff:z.fbRxEnd:z.fbRxEnd], n: z.fbRxEnd - z.fbRxOff}
-	z.mu.Lock()
-	z.putLease(l)
-	z.mu.Unlock()
+	l := &Lease{c: c, buf: z.fbRx[z.fbRxOff:z.fbRxEnd:z.fbRxEnd], n: z.fbRxEnd - z.fbRxOff, fb: true}
+	z.lease.Store(l)
 	return l, nil
 }
 
@@ -447,9 +449,7 @@ func (c *Conn) releaseFallback(l *Lease, n int) error {
 		return c.opError("release", err)
 	}
 	z.fbRxOff += n
-	z.mu.Lock()
-	z.putLease(nil)
-	z.mu.Unlock()
+	z.lease.Store(nil)
 	return nil
 }
 
@@ -457,17 +457,17 @@ func (c *Conn) reserveFallback(n int) (*Reservation, error) {
 	if c.closed.Load() {
 		return nil, c.opError("reserve", net.ErrClosed)
 	}
+	c.tx.mu.Lock()
+	defer c.tx.mu.Unlock()
 	z := &c.zc
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.resv != nil {
+	if z.resvOut() {
 		return nil, c.opError("reserve", ErrZeroCopyBusy)
 	}
 	if cap(z.fbTx) < n {
 		z.fbTx = make([]byte, n)
 	}
 	r := &Reservation{c: c, buf: z.fbTx[:n:n]}
-	z.putResv(r)
+	z.resv.Store(r)
 	return r, nil
 }
 
@@ -480,8 +480,6 @@ func (c *Conn) commitFallback(r *Reservation, n int) error {
 	if n > 0 {
 		_, err = c.tcp.Write(r.buf[:n])
 	}
-	z.mu.Lock()
-	z.putResv(nil)
-	z.mu.Unlock()
+	z.resv.CompareAndSwap(r, nil)
 	return err
 }

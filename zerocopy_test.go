@@ -175,6 +175,41 @@ func TestZeroCopyAcrossClose(t *testing.T) {
 	assert.ErrorIs(t, err, net.ErrClosed)
 }
 
+// TestZeroCopyEndsRaceClose: a lease and a reservation held across Close end at once in
+// two goroutines, many times: exactly one of the ends closes the link (the other sees it
+// owed no more), whichever comes last, and nothing is left out.
+func TestZeroCopyEndsRaceClose(t *testing.T) {
+	rounds := 100
+	if testing.Short() {
+		rounds = 20
+	}
+	for range rounds {
+		a, b := pipe(t, Config{}, Config{})
+		_, err := b.Write([]byte("x"))
+		require.NoError(t, err)
+		l, err := a.Lease()
+		require.NoError(t, err)
+		res, err := a.Reserve(16)
+		require.NoError(t, err)
+		require.NoError(t, a.Close())
+		a.zc.mu.Lock()
+		owed := a.zc.closeOwed
+		a.zc.mu.Unlock()
+		require.True(t, owed, "Close left the link's Close to the ends")
+		errs := make(chan error, 2)
+		go func() { errs <- l.Release(1) }()
+		go func() { errs <- res.Commit(0) }()
+		require.ErrorIs(t, <-errs, net.ErrClosed)
+		require.ErrorIs(t, <-errs, net.ErrClosed)
+		a.zc.mu.Lock()
+		owed = a.zc.closeOwed
+		a.zc.mu.Unlock()
+		require.False(t, owed, "one end closed the link")
+		require.False(t, a.zc.leaseOut() || a.zc.resvOut())
+		b.Close()
+	}
+}
+
 // TestZeroCopyLeaseMore: a message larger than one span is leased in pieces with More
 // and released at once; over SMC the pieces wrap around the ring.
 func TestZeroCopyLeaseMore(t *testing.T) {
@@ -219,7 +254,7 @@ func TestZeroCopyLeaseMore(t *testing.T) {
 // and the committed bytes arrive exact.
 func TestZeroCopyReservationSurvivesIdleSweep(t *testing.T) {
 	pauseSweeper(t)
-	a, b := pipe(t, Config{}, Config{})
+	a, b := pipe(t, Config{AutosplitSize: -1}, Config{}) // reservations as large as the ring allows
 	defer a.Close()
 	defer b.Close()
 	streamExact(t, a, b, 4<<20, 1<<20, 9) // the window is the whole ring
@@ -236,6 +271,52 @@ func TestZeroCopyReservationSurvivesIdleSweep(t *testing.T) {
 	require.NoError(t, res.Commit(len(buf)))
 	require.Equal(t, msg, readN(t, b, len(msg)))
 	require.True(t, a.sweepIdle(true), "idle and nothing reserved: it shrinks")
+}
+
+// TestZeroCopyReservationSegments: a large reservation is cut to the autosplit size, as
+// a large Write is published in segments of it (the reader starts on the first while the
+// writer fills the next); one below 4/3 of it, or with autosplit off, is not. A message
+// reserved and committed in a loop arrives exact, one publication per segment.
+func TestZeroCopyReservationSegments(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		autosplit int
+		n, want   int
+	}{
+		{"default, 1 MiB", 0, 1 << 20, 32 << 10},
+		{"default, 42 KiB", 0, 42 << 10, 42 << 10}, // below 4/3 of 32 KiB
+		{"default, 43 KiB", 0, 43 << 10, 32 << 10}, // at 4/3 of it and beyond
+		{"64 KiB, 1 MiB", 64 << 10, 1 << 20, 64 << 10},
+		{"off, 600 KiB", -1, 600 << 10, 600 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pipe(t, Config{AutosplitSize: tc.autosplit}, Config{})
+			defer a.Close()
+			defer b.Close()
+			streamExact(t, a, b, 4<<20, 1<<20, 3) // the window is the whole ring
+			msg := pattern(tc.n, 7)
+			pushes := a.Stats().Pushes
+			got := make([]byte, len(msg))
+			read := make(chan error, 1)
+			go func() { _, err := io.ReadFull(b, got); read <- err }() // a message may exceed the ring
+			var sizes []int
+			for off := 0; off < len(msg); {
+				res, err := a.Reserve(len(msg) - off)
+				require.NoError(t, err)
+				k := copy(res.Bytes(), msg[off:])
+				require.NoError(t, res.Commit(k))
+				sizes = append(sizes, k)
+				off += k
+			}
+			require.Equal(t, tc.want, sizes[0], "the first reservation of %d bytes (all: %v)", tc.n, sizes)
+			for _, k := range sizes[:len(sizes)-1] {
+				require.LessOrEqual(t, k, tc.want, "every reservation: %v", sizes)
+			}
+			assert.EqualValues(t, len(sizes), a.Stats().Pushes-pushes, "one publication per reservation")
+			require.NoError(t, <-read)
+			require.Equal(t, msg, got)
+		})
+	}
 }
 
 // TestZeroCopyConcurrentLookups: Bytes and Len may be asked from other goroutines while
