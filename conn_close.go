@@ -181,6 +181,9 @@ func (c *Conn) applyLocked(ev closeEvent) {
 // observePeer applies newly seen peer connection-state flags to the state machine.
 func (c *Conn) observePeer(cf cdc.ConnFlags) {
 	cf &= peerStopFlags
+	if cf == 0 {
+		return // nothing to apply, as on every Read of an open connection: no lock
+	}
 	c.ctl.mu.Lock()
 	defer c.ctl.mu.Unlock()
 	fresh := cf &^ c.ctl.peerFlags
