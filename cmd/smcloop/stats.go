@@ -38,9 +38,10 @@ func statsCommand() *cli.Command {
 		ArgsUsage: "[show|reset]",
 		Description: `Host totals and one line per process the caller may see: connections by mode,
 handshake errors, fallbacks by reason, bytes and calls each way, full buffers, buffer
-and request size histograms, special calls, doorbells and buffer reuse. Counters cover
-each process's life, or since its last reset. "reset" shows the counters, then zeroes
-them in every process shown (the caller's own; root's: all).`,
+and request size histograms, special calls, doorbells and buffer reuse, how reads and
+writes waited (spin, futex sleep, doorbell) and each process's measured wake-up cost.
+Counters cover each process's life, or since its last reset. "reset" shows the counters,
+then zeroes them in every process shown (the caller's own; root's: all).`,
 		Flags:  []cli.Flag{jsonFlag},
 		Action: statsAction(introspect.OpStats),
 		Subcommands: []*cli.Command{
