@@ -218,13 +218,16 @@ func TestFakePeerCursorViolations(t *testing.T) {
 			a, b, ae, _ := fakePipe(t, Config{}, Config{})
 			defer a.Close()
 			defer b.Close()
-			// 100 bytes each way, consumed and confirmed (a read that empties the ring
-			// publishes its consumer cursor).
+			// 100 bytes each way, consumed and confirmed (as the reader's next wait does
+			// before it sleeps).
 			msg := pattern(100, 1)
 			for _, p := range [][2]*Conn{{a, b}, {b, a}} {
 				_, err := p[0].Write(msg)
 				require.NoError(t, err)
 				require.Equal(t, msg, readN(t, p[1], 100))
+				p[1].rx.mu.Lock()
+				p[1].confirm(p[1].backend.PeerCons().ProdFlags, true)
+				p[1].rx.mu.Unlock()
 			}
 			a.tx.mu.Lock()
 			_, _, err := a.refreshTx() // what a's next Write would see first

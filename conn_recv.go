@@ -144,7 +144,10 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 			return c.consume(unread, pf, consume), nil
 		}
 		if skip == 0 {
-			c.confirm(pf, true) // nothing left: never wait on an unpublished window
+			// Nothing left. A sender that waits on our window gets it now; otherwise the
+			// wait publishes what was consumed before it sleeps (waitFor), and a spin that
+			// catches the next bytes publishes nothing.
+			c.confirm(pf, pf&(cdc.WriteBlocked|cdc.ConsCursUpdReq) != 0)
 		}
 		switch {
 		case cf&cdc.PeerConnAbort != 0:
@@ -190,7 +193,7 @@ func (c *Conn) consume(unread int, pf cdc.ProdFlags, f func(ring []byte) int) in
 	c.rx.cons = c.rx.cons.Add(c.rx.size, n)
 	c.rxBytes.Add(uint64(n))
 	c.meter.rxSizes.add(n)
-	c.confirm(pf, n == unread) // a read that empties the ring publishes: nobody may wait on its window
+	c.confirm(pf, false)
 	return n
 }
 
@@ -201,6 +204,7 @@ func (c *Conn) confirm(pf cdc.ProdFlags, draining bool) {
 	if !windowUpdate(windowState{
 		toConfirm:  toConfirm,
 		limit:      updateLimit(c.rx.size),
+		stale:      staleLimit(c.rx.size),
 		senderFree: c.rx.size - cdc.DiffLarge(c.rx.size, c.rx.confirmed, c.rx.peerProd),
 		rmbLen:     c.rx.size,
 		writeBlock: pf&cdc.WriteBlocked != 0,
@@ -217,12 +221,18 @@ func (c *Conn) confirm(pf cdc.ProdFlags, draining bool) {
 	c.ctl.mu.Unlock()
 }
 
-// rxReady is the reader's wake-up condition, cheap enough to spin on.
+// rxReady is the reader's wake-up condition, cheap enough to spin on: new bytes, the
+// connection's end, or a sender that waits on a window we have not published (receive
+// then publishes it). rx.mu is held.
 func (c *Conn) rxReady() bool {
 	if c.backend.PeerProd() != c.rx.peerProd {
 		return true
 	}
-	return c.backend.PeerCons().ConnFlags&peerStopFlags != 0 || c.peerGone.Load() || c.closed.Load() || c.fault.aborted.Load() || c.rx.shut.Load()
+	peer := c.backend.PeerCons()
+	if peer.ProdFlags&(cdc.WriteBlocked|cdc.ConsCursUpdReq) != 0 && c.rx.confirmed != c.rx.cons {
+		return true
+	}
+	return peer.ConnFlags&peerStopFlags != 0 || c.peerGone.Load() || c.closed.Load() || c.fault.aborted.Load() || c.rx.shut.Load()
 }
 
 // peerWriting reports whether an smcloop peer announces that it is in the middle of one
@@ -334,6 +344,12 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 			sp.sleptAnswered(time.Since(start), c.longSpinBudget(), c.wakeCost())
 			sp.spinMark = spinsBegun()
 		}()
+	}
+	if d == datapath.Reader {
+		// A reader that sleeps leaves no consumed byte unpublished: its sender may be
+		// about to wait on the window (receive publishes only for a sender already
+		// waiting, and a spin, which catches its bytes at once, publishes nothing).
+		c.confirm(c.backend.PeerCons().ProdFlags, true)
 	}
 	// From here the wait sleeps. When it ends because the bytes (or space) may be there,
 	// other directions' spinners see that a wait of the process ended after a sleep

@@ -102,22 +102,33 @@ const windowUpdateCap = 2304
 // 10% of the buffer is consumed", capped.
 func updateLimit(rmbLen int) int { return min(rmbLen/10, windowUpdateCap) }
 
+// staleLimit bounds what a reader leaves consumed but unpublished, whatever the sender's
+// state: a quarter of the ring, at most 16 KiB. The kernel's rule (over the limit and the
+// sender at half the ring or blocked) reckons with the whole ring; an elastic sender
+// keeps a smaller window (64 KiB at first, window.go), which bytes already read but not
+// yet confirmed must never fill.
+func staleLimit(rmbLen int) int { return min(rmbLen/4, 16<<10) }
+
 // windowState is what the window-update decision looks at.
 type windowState struct {
 	toConfirm  int  // consumed since the consumer cursor was last published
 	limit      int  // updateLimit
+	stale      int  // staleLimit
 	senderFree int  // space the sender believes free: RMB − (its producer − our last published consumer)
 	rmbLen     int  // our ring size
 	writeBlock bool // the peer's write_blocked flag
 	requested  bool // the peer's cons_curs_upd_req flag
-	draining   bool // our ring is empty and the reader is about to return or sleep
+	draining   bool // publish whatever was consumed: the reader is about to sleep, or the sender waits on us
 }
 
 // windowUpdate says whether the reader publishes its consumer cursor now
 // (smc_tx_consumer_update): if the peer asked, or if more than the limit was consumed and
-// the sender is short of space (at most half the ring free) or blocked. smcloop adds one
-// rule: a reader that emptied its ring publishes what it consumed before it sleeps or
-// returns, so the sender never waits on a window that nobody will send.
+// the sender is short of space (at most half the ring free) or blocked. smcloop adds two
+// rules. A reader about to sleep, or one whose sender waits on its window, publishes all
+// it consumed (draining), so the sender never waits on a window that nobody will send; and
+// no more than staleLimit stays unpublished. A reader that is awake publishes nothing
+// more: in a ping-pong the consumer cursor is then not a cache line crossing between the
+// CPUs at every message (docs/HISTORY.md, "Connection core").
 func windowUpdate(s windowState) bool {
 	switch {
 	case s.requested:
@@ -125,6 +136,8 @@ func windowUpdate(s windowState) bool {
 	case s.toConfirm == 0:
 		return false
 	case s.draining:
+		return true
+	case s.stale > 0 && s.toConfirm >= s.stale:
 		return true
 	}
 	return s.toConfirm > s.limit && (s.senderFree <= s.rmbLen/2 || s.writeBlock)

@@ -57,10 +57,10 @@ func TestSplitAndCorkingSizes(t *testing.T) {
 }
 
 // TestWindowUpdate is the kernel's consumer-update rule (smc_tx_consumer_update) plus
-// smcloop's pre-sleep rule, row by row.
+// smcloop's two (draining: before a sleep or for a waiting sender; staleLimit), row by row.
 func TestWindowUpdate(t *testing.T) {
 	const rmb = 65504
-	lim := updateLimit(rmb)
+	lim, st := updateLimit(rmb), staleLimit(rmb)
 	cases := []struct {
 		name string
 		s    windowState
@@ -75,6 +75,8 @@ func TestWindowUpdate(t *testing.T) {
 		{"at limit, sender blocked", windowState{toConfirm: lim, limit: lim, senderFree: 0, rmbLen: rmb, writeBlock: true}, false},
 		{"draining publishes anything", windowState{toConfirm: 1, limit: lim, senderFree: rmb, rmbLen: rmb, draining: true}, true},
 		{"draining with nothing consumed", windowState{limit: lim, senderFree: rmb, rmbLen: rmb, draining: true}, false},
+		{"below stale, sender has room", windowState{toConfirm: st - 1, limit: lim, stale: st, senderFree: rmb, rmbLen: rmb}, false},
+		{"stale, sender has room", windowState{toConfirm: st, limit: lim, stale: st, senderFree: rmb, rmbLen: rmb}, true},
 	}
 	for _, tc := range cases {
 		assert.Equal(t, tc.want, windowUpdate(tc.s), "%s: %+v", tc.name, tc.s)

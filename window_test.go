@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/smcloop/smcloop/cdc"
+	"github.com/smcloop/smcloop/internal/datapath"
 	"github.com/smcloop/smcloop/ism"
 )
 
@@ -278,8 +279,8 @@ func TestElasticSweeperRunsAndStops(t *testing.T) {
 // TestWindowUpdatePublication: when a reader publishes its consumer cursor (flow.go's
 // windowUpdate), on every backend, seen from the writer's side: not for a read within
 // the update limit, nor for one beyond it while the writer has more than half the ring
-// free; at once when the writer is short of space; always for a read that empties the
-// ring.
+// free, nor for one that empties the ring while the reader is awake; before the reader's
+// wait sleeps; once staleLimit is unpublished; at once when the writer is short of space.
 func TestWindowUpdatePublication(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, pipe pairFunc) {
 		cfg := Config{RMem: 64 << 10}
@@ -287,8 +288,9 @@ func TestWindowUpdatePublication(t *testing.T) {
 		defer w.Close()
 		defer r.Close()
 		size := r.rx.size
-		limit := updateLimit(size)
+		limit, stale := updateLimit(size), staleLimit(size)
 		require.Equal(t, windowUpdateCap, limit, "a 64 KiB ring's limit is the cap")
+		require.InDelta(t, 16<<10, stale, 64, "a 64 KiB ring's stale limit is a quarter of it")
 		confirmed := func() int { return int(w.backend.PeerCons().Cursor.Count) }
 		write := func(n int) {
 			t.Helper()
@@ -308,22 +310,91 @@ func TestWindowUpdatePublication(t *testing.T) {
 		read(limit / 4) // within the limit
 		assert.Zero(t, confirmed(), "published after %d of 1000 bytes", limit/4)
 		read(1000 - limit/4) // empties the ring
-		assert.Equal(t, 1000, confirmed(), "a read that empties the ring publishes")
+		assert.Zero(t, confirmed(), "an awake reader that empties its ring published")
+
+		// The next Read waits: before it sleeps, it publishes.
+		done := make(chan error, 1)
+		go func() {
+			_, err := io.ReadFull(r, make([]byte, 1))
+			done <- err
+		}()
+		for end := time.Now().Add(10 * time.Second); confirmed() != 1000; time.Sleep(time.Millisecond) {
+			require.True(t, time.Now().Before(end), "the waiting reader never published; confirmed %d", confirmed())
+		}
+		write(1)
+		require.NoError(t, <-done)
+		base := 1001
 
 		write(2 * limit)
 		read(limit + 1) // beyond the limit, but the writer has most of the ring free
+		read(limit - 1) // empties the ring
 		assert.Equal(t, 1000, confirmed(), "published while the writer had room")
-		read(limit - 1)
-		assert.Equal(t, 1000+2*limit, confirmed())
+
+		write(stale)
+		read(stale) // now more than staleLimit unpublished
+		base += 2*limit + stale
+		assert.Equal(t, base, confirmed(), "staleLimit unpublished")
 
 		// The writer fills the ring to within a quarter: a read beyond the limit publishes.
-		base := 1000 + 2*limit
 		fill := size - size/4
 		write(fill)
 		read(limit + 1)
 		assert.Equal(t, base+limit+1, confirmed(), "the writer is short of space")
-		read(fill - limit - 1)
+		read(fill - limit - 1) // beyond staleLimit again
 		assert.Equal(t, (base+fill)%size, confirmed())
-		assert.EqualValues(t, 4, r.windowUpdates.Load()-updates, "window updates: three drains and one short of space")
+		assert.EqualValues(t, 4, r.windowUpdates.Load()-updates, "window updates: before a sleep, stale, short of space, stale")
 	})
+}
+
+// TestWindowUpdateForAWaitingSender: a sender that waits on our window (write_blocked or
+// cons_curs_upd_req) gets what we consumed as soon as we look, whatever the update limit
+// says: a Read that finds the ring empty publishes it before it waits, and a flag raised
+// while the Read spins ends the spin for it (rxReady). The reader spins for an hour
+// (BusyPoll), so only those two rules can publish in time: the publication before a
+// sleep never comes.
+func TestWindowUpdateForAWaitingSender(t *testing.T) {
+	for _, flag := range []cdc.ProdFlags{cdc.WriteBlocked, cdc.ConsCursUpdReq} {
+		for _, during := range []bool{false, true} {
+			name := flag.String() + "/before the wait"
+			if during {
+				name = flag.String() + "/during the spin"
+			}
+			t.Run(name, func(t *testing.T) {
+				client, server, _, se := fakePipe(t, Config{}, Config{BusyPoll: time.Hour})
+				defer client.Close()
+				defer server.Close()
+				_, err := client.Write(pattern(100, 1))
+				require.NoError(t, err)
+				require.Equal(t, pattern(100, 1), readN(t, server, 100))
+				confirmed := func() uint32 { return client.backend.PeerCons().Cursor.Count }
+				require.Zero(t, confirmed(), "100 bytes, an awake reader: nothing published")
+
+				server.rx.mu.Lock()
+				assert.False(t, server.rxReady(), "nothing to read, nobody waiting on the window")
+				server.rx.mu.Unlock()
+				raise := func() { se.InjectCons(datapath.Cons{Cursor: se.PeerCons().Cursor, ProdFlags: flag}) }
+				if !during {
+					raise()
+				}
+				done := make(chan error, 1)
+				go func() {
+					_, err := io.ReadFull(server, make([]byte, 1))
+					done <- err
+				}()
+				if during {
+					for end := time.Now().Add(10 * time.Second); server.Stats().ReadWaits.Waits == 0; time.Sleep(time.Millisecond) {
+						require.True(t, time.Now().Before(end), "the Read never waited")
+					}
+					raise()
+				}
+				for end := time.Now().Add(10 * time.Second); confirmed() != 100; time.Sleep(time.Millisecond) {
+					require.True(t, time.Now().Before(end), "not published for the waiting sender; confirmed %d", confirmed())
+				}
+				_, err = client.Write([]byte{7})
+				require.NoError(t, err)
+				require.NoError(t, <-done)
+				assert.Zero(t, server.Stats().FutexSleeps+server.Stats().Sleeps, "the reader never slept")
+			})
+		}
+	}
 }

@@ -311,9 +311,10 @@ func TestSSAndStats(t *testing.T) {
 		return introspect.Conn{PID: pid, Side: side, State: "ACTIVE", Mode: "TCP", LocalReason: lr, PeerReason: pr,
 			LocalReasonName: lname, PeerReasonName: pname, Local: local, Peer: peer, BytesSent: sent, BytesRecv: recv}
 	}
+	// The consumer cursors as published: the readers read without sleeping after their
+	// bytes came, and publish nothing below the stale limit (flow.go).
 	cur := func(rx, tx uint32) introspect.Cursors {
-		return introspect.Cursors{RxProd: introspect.Cursor{Count: rx}, RxCons: introspect.Cursor{Count: rx},
-			TxProd: introspect.Cursor{Count: tx}, TxCons: introspect.Cursor{Count: tx}}
+		return introspect.Cursors{RxProd: introspect.Cursor{Count: rx}, TxProd: introspect.Cursor{Count: tx}}
 	}
 	want := []introspect.Conn{
 		smcd("client", rep.A, rep.L1, rep.RMBSize, rep.PeerRMBSize, 1000, 300, cur(300, 1000)),
@@ -345,8 +346,8 @@ func TestSSAndStats(t *testing.T) {
 	}
 	sz := strconv.Itoa
 	assert.ElementsMatch(t, [][]string{
-		{"ACTIVE", "SMCD", rep.A, rep.L1, sz(rep.RMBSize), sz(rep.PeerRMBSize), "0:300", "0:300", "0:1000", "0:1000", "1000", "300", pidS},
-		{"ACTIVE", "SMCD", rep.L1, rep.A, sz(rep.SRMBSize), sz(rep.SPeerRMBSize), "0:1000", "0:1000", "0:300", "0:300", "300", "1000", pidS},
+		{"ACTIVE", "SMCD", rep.A, rep.L1, sz(rep.RMBSize), sz(rep.PeerRMBSize), "0:300", "0:0", "0:1000", "0:0", "1000", "300", pidS},
+		{"ACTIVE", "SMCD", rep.L1, rep.A, sz(rep.SRMBSize), sz(rep.SPeerRMBSize), "0:1000", "0:0", "0:300", "0:0", "300", "1000", pidS},
 		{"ACTIVE", "TCP", "0x05000000/0x03030001", rep.B, rep.L2, "-", "-", "-", "-", "-", "-", "200", "0", pidS},
 		{"ACTIVE", "TCP", "0x03030001/0x00000000", rep.L2, rep.B, "-", "-", "-", "-", "-", "-", "0", "200", pidS},
 		{"ACTIVE", "TCP", "0x03010000/0x00000000", rep.C, rep.Plain, "-", "-", "-", "-", "-", "-", "0", "0", pidS},
