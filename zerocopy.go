@@ -5,7 +5,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-
 )
 
 // Zero-copy I/O beside net.Conn. A writer reserves space in the peer's receive ring and
