@@ -398,3 +398,44 @@ func TestWindowUpdateForAWaitingSender(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowUpdateForAWaitingSenderDuringMore: Lease.More waits for bytes after those its
+// lease holds; a sender that waits on our window meanwhile gets what earlier reads
+// consumed (not the leased bytes), and the wait then spins on, once, rather than ending
+// its spin again and again for a window it never publishes.
+func TestWindowUpdateForAWaitingSenderDuringMore(t *testing.T) {
+	client, server, _, se := fakePipe(t, Config{}, Config{BusyPoll: time.Hour})
+	defer client.Close()
+	defer server.Close()
+	_, err := client.Write(pattern(100, 1))
+	require.NoError(t, err)
+	require.Equal(t, pattern(100, 1), readN(t, server, 100))
+	_, err = client.Write(pattern(10, 2))
+	require.NoError(t, err)
+	l, err := server.Lease()
+	require.NoError(t, err)
+	require.Equal(t, pattern(10, 2), l.Bytes())
+	confirmed := func() uint32 { return client.backend.PeerCons().Cursor.Count }
+	require.Zero(t, confirmed())
+
+	se.InjectCons(datapath.Cons{Cursor: se.PeerCons().Cursor, ProdFlags: cdc.WriteBlocked})
+	waits := server.Stats().ReadWaits.Waits
+	more := make(chan []byte, 1)
+	go func() {
+		span, err := l.More()
+		assert.NoError(t, err)
+		more <- span
+	}()
+	for end := time.Now().Add(10 * time.Second); confirmed() != 100; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(end), "not published for the waiting sender; confirmed %d", confirmed())
+	}
+	for end := time.Now().Add(10 * time.Second); server.Stats().ReadWaits.Waits == waits; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(end), "More never waited")
+	}
+	_, err = client.Write(pattern(5, 3))
+	require.NoError(t, err)
+	assert.Equal(t, pattern(5, 3), <-more)
+	assert.EqualValues(t, 1, server.Stats().ReadWaits.Waits-waits, "one wait, spun through")
+	require.NoError(t, l.Release(15))
+	assert.EqualValues(t, 100, confirmed(), "the leased bytes were not published before their release")
+}
