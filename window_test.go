@@ -13,6 +13,7 @@ import (
 
 	"github.com/smcloop/smcloop/cdc"
 	"github.com/smcloop/smcloop/internal/datapath"
+	"github.com/smcloop/smcloop/internal/datapath/pathtest"
 	"github.com/smcloop/smcloop/ism"
 )
 
@@ -360,15 +361,7 @@ func TestWindowUpdateForAWaitingSender(t *testing.T) {
 				name = flag.String() + "/during the spin"
 			}
 			t.Run(name, func(t *testing.T) {
-				client, server, _, se := fakePipe(t, Config{}, Config{BusyPoll: time.Hour})
-				defer client.Close()
-				defer server.Close()
-				_, err := client.Write(pattern(100, 1))
-				require.NoError(t, err)
-				require.Equal(t, pattern(100, 1), readN(t, server, 100))
-				confirmed := func() uint32 { return client.backend.PeerCons().Cursor.Count }
-				require.Zero(t, confirmed(), "100 bytes, an awake reader: nothing published")
-
+				client, server, se, confirmed := readUnpublished(t)
 				server.rx.mu.Lock()
 				assert.False(t, server.rxReady(), "nothing to read, nobody waiting on the window")
 				server.rx.mu.Unlock()
@@ -387,10 +380,8 @@ func TestWindowUpdateForAWaitingSender(t *testing.T) {
 					}
 					raise()
 				}
-				for end := time.Now().Add(10 * time.Second); confirmed() != 100; time.Sleep(time.Millisecond) {
-					require.True(t, time.Now().Before(end), "not published for the waiting sender; confirmed %d", confirmed())
-				}
-				_, err = client.Write([]byte{7})
+				awaitConfirmed(t, confirmed, 100)
+				_, err := client.Write([]byte{7})
 				require.NoError(t, err)
 				require.NoError(t, <-done)
 				assert.Zero(t, server.Stats().FutexSleeps+server.Stats().Sleeps, "the reader never slept")
@@ -404,19 +395,12 @@ func TestWindowUpdateForAWaitingSender(t *testing.T) {
 // consumed (not the leased bytes), and the wait then spins on, once, rather than ending
 // its spin again and again for a window it never publishes.
 func TestWindowUpdateForAWaitingSenderDuringMore(t *testing.T) {
-	client, server, _, se := fakePipe(t, Config{}, Config{BusyPoll: time.Hour})
-	defer client.Close()
-	defer server.Close()
-	_, err := client.Write(pattern(100, 1))
-	require.NoError(t, err)
-	require.Equal(t, pattern(100, 1), readN(t, server, 100))
-	_, err = client.Write(pattern(10, 2))
+	client, server, se, confirmed := readUnpublished(t)
+	_, err := client.Write(pattern(10, 2))
 	require.NoError(t, err)
 	l, err := server.Lease()
 	require.NoError(t, err)
 	require.Equal(t, pattern(10, 2), l.Bytes())
-	confirmed := func() uint32 { return client.backend.PeerCons().Cursor.Count }
-	require.Zero(t, confirmed())
 
 	se.InjectCons(datapath.Cons{Cursor: se.PeerCons().Cursor, ProdFlags: cdc.WriteBlocked})
 	waits := server.Stats().ReadWaits.Waits
@@ -426,9 +410,7 @@ func TestWindowUpdateForAWaitingSenderDuringMore(t *testing.T) {
 		assert.NoError(t, err)
 		more <- span
 	}()
-	for end := time.Now().Add(10 * time.Second); confirmed() != 100; time.Sleep(time.Millisecond) {
-		require.True(t, time.Now().Before(end), "not published for the waiting sender; confirmed %d", confirmed())
-	}
+	awaitConfirmed(t, confirmed, 100)
 	for end := time.Now().Add(10 * time.Second); server.Stats().ReadWaits.Waits == waits; time.Sleep(time.Millisecond) {
 		require.True(t, time.Now().Before(end), "More never waited")
 	}
@@ -438,4 +420,28 @@ func TestWindowUpdateForAWaitingSenderDuringMore(t *testing.T) {
 	assert.EqualValues(t, 1, server.Stats().ReadWaits.Waits-waits, "one wait, spun through")
 	require.NoError(t, l.Release(15))
 	assert.EqualValues(t, 100, confirmed(), "the leased bytes were not published before their release")
+}
+
+// readUnpublished returns a fake pipe whose server has read 100 bytes from the client
+// without publishing its consumer cursor (an awake reader), its server's backend end, and
+// the consumer cursor the client sees. The server spins for an hour when it waits
+// (BusyPoll), so it publishes only by the rules for a waiting sender.
+func readUnpublished(t *testing.T) (client, server *Conn, se *pathtest.End, confirmed func() uint32) {
+	t.Helper()
+	client, server, _, se = fakePipe(t, Config{}, Config{BusyPoll: time.Hour})
+	t.Cleanup(func() { client.Close(); server.Close() })
+	_, err := client.Write(pattern(100, 1))
+	require.NoError(t, err)
+	require.Equal(t, pattern(100, 1), readN(t, server, 100))
+	confirmed = func() uint32 { return client.backend.PeerCons().Cursor.Count }
+	require.Zero(t, confirmed(), "100 bytes, an awake reader: nothing published")
+	return client, server, se, confirmed
+}
+
+// awaitConfirmed waits (at most 10 s) until the consumer cursor seen is want.
+func awaitConfirmed(t *testing.T, confirmed func() uint32, want uint32) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); confirmed() != want; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(end), "not published for the waiting sender; confirmed %d, want %d", confirmed(), want)
+	}
 }
