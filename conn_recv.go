@@ -144,10 +144,11 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 			return c.consume(unread, pf, consume), nil
 		}
 		// Nothing (more) to hand out. A sender that waits on our window gets what was
-		// consumed now (a lease's bytes are not consumed yet); otherwise the wait publishes
-		// it before it sleeps (waitFor), and a spin that catches the next bytes publishes
-		// nothing. Either way rxReady no longer ends the spin for it.
-		c.confirm(pf, pf&(cdc.WriteBlocked|cdc.ConsCursUpdReq) != 0)
+		// consumed now (a lease's bytes are not consumed yet): a write-blocked one here,
+		// one that asks by the update rule itself; otherwise the wait publishes it before
+		// it sleeps (waitFor), and a spin that catches the next bytes publishes nothing.
+		// Either way rxReady no longer ends the spin for it.
+		c.confirm(pf, pf&cdc.WriteBlocked != 0)
 		switch {
 		case cf&cdc.PeerConnAbort != 0:
 			return 0, c.opError("read", c.peerReset())

@@ -175,16 +175,32 @@ func TestZeroCopyAcrossClose(t *testing.T) {
 	assert.ErrorIs(t, err, net.ErrClosed)
 }
 
-// TestZeroCopyEndsRaceClose: a lease and a reservation held across Close end at once in
-// two goroutines, many times: exactly one of the ends closes the link (the other sees it
-// owed no more), whichever comes last, and nothing is left out.
+// TestZeroCopyEndsRaceClose: a lease and a reservation held across Close end in turn, and
+// then at once in two goroutines, many times: the last end closes the link, exactly once,
+// and nothing is left out.
 func TestZeroCopyEndsRaceClose(t *testing.T) {
 	rounds := 100
 	if testing.Short() {
 		rounds = 20
 	}
+	// In turn: the first end leaves the link to the second.
+	a, b, ae, _ := fakePipe(t, Config{}, Config{})
+	_, err := b.Write([]byte("x"))
+	require.NoError(t, err)
+	l, err := a.Lease()
+	require.NoError(t, err)
+	res, err := a.Reserve(16)
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	require.ErrorIs(t, l.Release(1), net.ErrClosed)
+	require.Zero(t, ae.Events().Closes, "the link closed under a reservation still out")
+	require.ErrorIs(t, res.Commit(0), net.ErrClosed)
+	require.Equal(t, 1, ae.Events().Closes, "the last end closed the link")
+	b.Close()
+
+	// At once, many times.
 	for range rounds {
-		a, b := pipe(t, Config{}, Config{})
+		a, b, ae, _ := fakePipe(t, Config{}, Config{}) // its End panics on a second Close
 		_, err := b.Write([]byte("x"))
 		require.NoError(t, err)
 		l, err := a.Lease()
@@ -192,19 +208,17 @@ func TestZeroCopyEndsRaceClose(t *testing.T) {
 		res, err := a.Reserve(16)
 		require.NoError(t, err)
 		require.NoError(t, a.Close())
-		a.zc.mu.Lock()
-		owed := a.zc.closeOwed
-		a.zc.mu.Unlock()
-		require.True(t, owed, "Close left the link's Close to the ends")
+		require.Zero(t, ae.Events().Closes, "Close left the link's Close to the ends")
 		errs := make(chan error, 2)
 		go func() { errs <- l.Release(1) }()
 		go func() { errs <- res.Commit(0) }()
 		require.ErrorIs(t, <-errs, net.ErrClosed)
 		require.ErrorIs(t, <-errs, net.ErrClosed)
+		require.Equal(t, 1, ae.Events().Closes, "exactly one end closed the link")
 		a.zc.mu.Lock()
-		owed = a.zc.closeOwed
+		owed := a.zc.closeOwed
 		a.zc.mu.Unlock()
-		require.False(t, owed, "one end closed the link")
+		require.False(t, owed)
 		require.False(t, a.zc.leaseOut() || a.zc.resvOut())
 		b.Close()
 	}
