@@ -185,7 +185,14 @@ type flusherState struct {
 // reads and writes never sleep never arms a timer.
 type deadline struct {
 	ns atomic.Int64
-	mu sync.Mutex // serialises applying it to the doorbell
+	// passed says the deadline's time has come: set at once by set for a time already
+	// past, else by timer when it fires. The I/O calls check it instead of reading the
+	// clock at every call, as Go's poller does with its own deadlines; a wait reads the
+	// clock (expired) before it sleeps.
+	passed atomic.Bool
+	tmu    sync.Mutex // serialises set, stop and the timer's fire
+	timer  *time.Timer
+	mu     sync.Mutex // serialises applying it to the doorbell
 }
 
 func (d *deadline) time() time.Time {
@@ -196,13 +203,49 @@ func (d *deadline) time() time.Time {
 }
 
 func (d *deadline) set(t time.Time) {
+	d.tmu.Lock()
+	defer d.tmu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
 	if t.IsZero() {
 		d.ns.Store(0)
+		d.passed.Store(false)
+		return
+	}
+	d.ns.Store(t.UnixNano())
+	left := time.Until(t)
+	d.passed.Store(left <= 0)
+	if left <= 0 {
+		return
+	}
+	if d.timer == nil {
+		d.timer = time.AfterFunc(left, d.fire)
 	} else {
-		d.ns.Store(t.UnixNano())
+		d.timer.Reset(left)
 	}
 }
 
+// fire marks the deadline passed if its time has come: a timer that fires after set
+// moved the deadline (Stop does not wait for a fire already running) finds the new one.
+func (d *deadline) fire() {
+	d.tmu.Lock()
+	defer d.tmu.Unlock()
+	if d.expired() {
+		d.passed.Store(true)
+	}
+}
+
+// stop stops the timer, so that a closed connection is not kept until its deadline.
+func (d *deadline) stop() {
+	d.tmu.Lock()
+	defer d.tmu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+}
+
+// expired reads the clock: whether the deadline has passed now.
 func (d *deadline) expired() bool {
 	ns := d.ns.Load()
 	return ns != 0 && time.Now().UnixNano() >= ns

@@ -217,6 +217,8 @@ func (c *Conn) Close() error {
 		return c.opError("close", net.ErrClosed)
 	}
 	c.untrack() // registry.go: before anything is released
+	c.rx.deadline.stop()
+	c.tx.deadline.stop()
 	if !c.isSMC() {
 		if c.ticket != nil {
 			c.ticket.Cancel() // a no-op once the listener took it

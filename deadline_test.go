@@ -126,3 +126,65 @@ func TestDeadlines(t *testing.T) {
 		timeout(err)
 	})
 }
+
+// TestDeadlinePassesWithDataWaiting: Read and Write check a flag that set raises at once
+// for a time already past and a timer raises later (not the clock, which costs a call its
+// price again on a VM: BenchmarkCallCost/copy-deadline). Once either raised it, a Read
+// fails though the bytes are there, as on Go's own connections; a cleared deadline reads
+// them, every byte.
+func TestDeadlinePassesWithDataWaiting(t *testing.T) {
+	c, s := pipe(t, Config{}, Config{})
+	defer c.Close()
+	defer s.Close()
+	_, err := c.Write([]byte("smcloop"))
+	require.NoError(t, err)
+
+	require.NoError(t, s.SetReadDeadline(time.Now().Add(-time.Second)))
+	_, err = s.Read(make([]byte, 7))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a deadline already past fails the Read at once")
+
+	require.NoError(t, s.SetReadDeadline(time.Now().Add(time.Millisecond)))
+	require.Eventually(t, s.rx.deadline.passed.Load, 10*time.Second, time.Millisecond, "the timer marks the deadline passed")
+	_, err = s.Read(make([]byte, 7))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a deadline the timer marked fails the Read")
+
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Millisecond)))
+	require.Eventually(t, c.tx.deadline.passed.Load, 10*time.Second, time.Millisecond)
+	_, err = c.Write([]byte("x"))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a write deadline the timer marked fails the Write")
+
+	// A later deadline clears the flag; so does none.
+	require.NoError(t, s.SetReadDeadline(time.Now().Add(time.Hour)))
+	assert.False(t, s.rx.deadline.passed.Load())
+	require.NoError(t, s.SetReadDeadline(time.Time{}))
+	got := make([]byte, 7)
+	_, err = io.ReadFull(s, got)
+	require.NoError(t, err)
+	assert.Equal(t, "smcloop", string(got))
+}
+
+// TestDeadlineTimerFindsTheNewDeadline: a timer that fires for a deadline set moved
+// (Stop does not hold back a fire already running) leaves the flag down.
+func TestDeadlineTimerFindsTheNewDeadline(t *testing.T) {
+	var d deadline
+	d.set(time.Now().Add(time.Hour))
+	d.fire() // as the old timer would, after set moved the deadline
+	assert.False(t, d.passed.Load(), "a deadline an hour away")
+	d.ns.Store(time.Now().Add(-time.Second).UnixNano())
+	d.fire()
+	assert.True(t, d.passed.Load(), "a deadline whose time has come")
+	d.stop()
+}
+
+// TestCloseStopsDeadlineTimers: Close stops both deadlines' timers, so that a closed
+// connection is not kept reachable until a far deadline fires.
+func TestCloseStopsDeadlineTimers(t *testing.T) {
+	c, s := pipe(t, Config{}, Config{})
+	defer s.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(time.Hour)))
+	require.NotNil(t, c.rx.deadline.timer)
+	require.NotNil(t, c.tx.deadline.timer)
+	require.NoError(t, c.Close())
+	assert.False(t, c.rx.deadline.timer.Stop(), "Close stopped the read deadline's timer")
+	assert.False(t, c.tx.deadline.timer.Stop(), "Close stopped the write deadline's timer")
+}
