@@ -270,7 +270,10 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		sp, ws = &c.tx.spin, &c.tx.waits
 	}
 	ws.waits.Add(1)
-	start := time.Now()
+	// When the wait began: read from the clock at the spin's first look at it, so that a
+	// spin that catches its bytes within its first checks reads no clock (a clock read
+	// waits for every earlier load, here the cache lines the peer just wrote).
+	var start time.Time
 	// A dialed connection's reader records how long its answers took, for the long spin's
 	// rule (but the wait in the middle of the peer's write leaves the spinner alone).
 	answers := d == datapath.Reader && !c.server
@@ -293,7 +296,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		// spin whatever the spinner says, and leave its back-off (set by waits for
 		// answers, which are long) as it is.
 		answers = false
-		if spinYield(ready, start, yieldSpin) {
+		if spinYield(ready, &start, yieldSpin) {
 			ws.spinHits.Add(1)
 			return nil
 		}
@@ -313,12 +316,12 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 			span = c.longSpinBudget()
 			ws.longSpins.Add(1)
 		}
-		hit := spinYield(ready, start, span)
+		hit := spinYield(ready, &start, span)
 		if !hit && short && answers && c.spinsLong(sp, true) {
 			sp.missed() // the default spin ran out
 			long = true
 			ws.longSpins.Add(1)
-			hit = spinYield(ready, start, c.longSpinBudget())
+			hit = spinYield(ready, &start, c.longSpinBudget())
 		}
 		// The default spin's back-off follows the default spin alone: a long spin's outcome
 		// is the long spin's rule's (answeredQuick, sleptAnswered), or a long spin that
@@ -340,6 +343,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		ws.spinMisses.Add(1)
 	}
 	if answers {
+		sinceStart(&start)
 		defer func() {
 			sp.sleptAnswered(time.Since(start), c.longSpinBudget(), c.wakeCost())
 			sp.spinMark = spinsBegun()
@@ -654,12 +658,23 @@ func (s *spinner) missed() {
 // of small messages.
 const tightSpin = 12 * time.Microsecond
 
-// spinYield checks ready until span after start (when the wait began): in a process with
+// sinceStart is the time since *start, which it reads from the clock (and returns 0)
+// while *start is zero.
+func sinceStart(start *time.Time) time.Duration {
+	if start.IsZero() {
+		*start = time.Now()
+		return 0
+	}
+	return time.Since(*start)
+}
+
+// spinYield checks ready until span after *start (when the wait began, read from the
+// clock at the first look at it, sinceStart): in a process with
 // nothing else to run, for the first tightSpin back to back; then giving way in between,
 // first to this process's other runnable goroutines (runtime.Gosched), then to other
 // threads on this CPU (sched_yield). A busy process thus loses nothing to the spin; an
 // idle one polls.
-func spinYield(ready func() bool, start time.Time, span time.Duration) bool {
+func spinYield(ready func() bool, start *time.Time, span time.Duration) bool {
 	// Spinning pays off for the few connections a process is actively waiting on; with
 	// many waiting at once, the spins would only compete for the CPU. So a process spins
 	// on at most half its Ps at a time (at least one); other waiters sleep at once.
@@ -670,13 +685,13 @@ func spinYield(ready func() bool, start time.Time, span time.Duration) bool {
 	defer spinners.Add(^uint64(0))
 	if processIdle() {
 		for i := 1; !ready(); i++ {
-			if i%16 == 0 && time.Since(start) >= tightSpin {
+			if i%16 == 0 && sinceStart(start) >= tightSpin {
 				break
 			}
 		}
 	}
 	for i := 1; !ready(); i++ {
-		if time.Since(start) >= span {
+		if sinceStart(start) >= span {
 			return false
 		}
 		if i%4 == 0 {
