@@ -192,6 +192,7 @@ type deadline struct {
 	passed atomic.Bool
 	tmu    sync.Mutex // serialises set, stop and the timer's fire
 	timer  *time.Timer
+	closed bool       // stop ran: set arms no timer (a SetDeadline racing Close), under tmu
 	mu     sync.Mutex // serialises applying it to the doorbell
 }
 
@@ -216,7 +217,7 @@ func (d *deadline) set(t time.Time) {
 	d.ns.Store(t.UnixNano())
 	left := time.Until(t)
 	d.passed.Store(left <= 0)
-	if left <= 0 {
+	if left <= 0 || d.closed {
 		return
 	}
 	if d.timer == nil {
@@ -240,6 +241,7 @@ func (d *deadline) fire() {
 func (d *deadline) stop() {
 	d.tmu.Lock()
 	defer d.tmu.Unlock()
+	d.closed = true
 	if d.timer != nil {
 		d.timer.Stop()
 	}

@@ -187,4 +187,13 @@ func TestCloseStopsDeadlineTimers(t *testing.T) {
 	require.NoError(t, c.Close())
 	assert.False(t, c.rx.deadline.timer.Stop(), "Close stopped the read deadline's timer")
 	assert.False(t, c.tx.deadline.timer.Stop(), "Close stopped the write deadline's timer")
+
+	// A SetDeadline that passed its closed check before Close stopped the timers (set
+	// itself, as the call would go on) arms none.
+	var d deadline
+	d.stop()
+	d.set(time.Now().Add(time.Hour))
+	assert.Nil(t, d.timer, "no timer after stop")
+	d.set(time.Now().Add(-time.Second))
+	assert.True(t, d.passed.Load(), "a past deadline still marks passed")
 }
