@@ -180,9 +180,11 @@ type flusherState struct {
 	done     chan struct{} // closed when the flusher returns
 }
 
-// deadline stores a deadline as Unix nanoseconds (0 = none) for lock-free checks. It
-// reaches the doorbell only when a wait sleeps on it (applyDeadline): a connection whose
-// reads and writes never sleep never arms a timer.
+// deadline stores a deadline as Unix nanoseconds (0 = none), and whether it has passed,
+// for lock-free checks: one timer per direction, armed by set and reused, raises passed
+// when the time comes. It reaches the doorbell only when a wait sleeps on it
+// (applyDeadline): a connection whose reads and writes never sleep never arms the
+// doorbell's timer.
 type deadline struct {
 	ns atomic.Int64
 	// passed says the deadline's time has come: set at once by set for a time already
