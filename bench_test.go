@@ -192,41 +192,34 @@ func BenchmarkPingPongZeroCopy(b *testing.B) {
 // goroutine on a connection between two ends of this process. What the zero-copy calls
 // cost beyond the copying ones is in every message they carry.
 func BenchmarkCallCost(b *testing.B) {
-	b.Run("copy", func(b *testing.B) {
-		c, s := pipe(b, Config{}, Config{})
-		defer c.Close()
-		defer s.Close()
-		msg, got := make([]byte, 14), make([]byte, 14)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := c.Write(msg); err != nil {
-				b.Fatal(err)
-			}
-			if n, err := s.Read(got); err != nil || n != len(msg) {
-				b.Fatal(n, err)
-			}
+	// Copy, and the same with deadlines set (as net/http's server and the bench harness
+	// set them): the calls check a flag, not the clock.
+	for _, deadline := range []bool{false, true} {
+		name := "copy"
+		if deadline {
+			name = "copy-deadline"
 		}
-	})
-	// The same with deadlines set (as net/http's server and the bench harness set them):
-	// the calls check a flag, not the clock.
-	b.Run("copy-deadline", func(b *testing.B) {
-		c, s := pipe(b, Config{}, Config{})
-		defer c.Close()
-		defer s.Close()
-		far := time.Now().Add(time.Hour)
-		require.NoError(b, c.SetDeadline(far))
-		require.NoError(b, s.SetDeadline(far))
-		msg, got := make([]byte, 14), make([]byte, 14)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := c.Write(msg); err != nil {
-				b.Fatal(err)
+		b.Run(name, func(b *testing.B) {
+			c, s := pipe(b, Config{}, Config{})
+			defer c.Close()
+			defer s.Close()
+			if deadline {
+				far := time.Now().Add(time.Hour)
+				require.NoError(b, c.SetDeadline(far))
+				require.NoError(b, s.SetDeadline(far))
 			}
-			if n, err := s.Read(got); err != nil || n != len(msg) {
-				b.Fatal(n, err)
+			msg, got := make([]byte, 14), make([]byte, 14)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Write(msg); err != nil {
+					b.Fatal(err)
+				}
+				if n, err := s.Read(got); err != nil || n != len(msg) {
+					b.Fatal(n, err)
+				}
 			}
-		}
-	})
+		})
+	}
 	b.Run("zerocopy", func(b *testing.B) {
 		c, s := pipe(b, Config{}, Config{})
 		defer c.Close()
