@@ -269,19 +269,59 @@ func stallClient(t *testing.T, addr string, port, acceptLen int, seed uint64) (p
 				return false
 			}
 		})
-		if stalled {
-			return p, missed
+		// The Accept was seen queued, but the client may still be about to read it: a
+		// stall that misses can be caught in that moment (TestDeviceSocketLeak then found
+		// its victim gone when it killed it). Stop the client and look again: a stopped
+		// client reads nothing, so an Accept still queued stays unread.
+		if stalled && stopped(t, p) {
+			q, socks, err := tcpRecvQueue(tcpEstablished, 0, port)
+			require.NoError(t, err)
+			if socks == 1 && q >= acceptLen {
+				return p, missed
+			}
+			require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
 		}
 		line, ok := <-p.lines
-		require.True(t, ok && strings.HasPrefix(line, "MISSED"),
-			"stalled client exited (%v) without reporting a missed stall; it said %q", p.waitErr, line)
 		for range p.lines {
 		}
+		select { // a client caught by the second look may not have exited yet
+		case <-p.exited:
+		case <-time.After(watchdog):
+			t.Fatalf("a stalled client that missed its stall did not exit within %v", watchdog)
+		}
+		require.True(t, ok && strings.HasPrefix(line, "MISSED"),
+			"stalled client exited (%v) without reporting a missed stall; it said %q", p.waitErr, line)
 		missed++
 		t.Logf("stall missed: the client read the Accept before it slept; trying again")
 	}
 	t.Fatalf("no stall in %d tries", stallTries)
 	return nil, missed
+}
+
+// stopped stops the peer's process (SIGSTOP) and reports, once the kernel shows it
+// stopped, true; false if it exited first.
+func stopped(t *testing.T, p *peer) bool {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		require.ErrorIs(t, err, os.ErrProcessDone, "stopping the %s peer", p.role)
+		return false
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
+	var state byte
+	waitUntil(t, watchdog, "the stopped client's state", func() bool {
+		b, err := os.ReadFile(stat)
+		if err != nil { // reaped
+			state = 'X'
+			return true
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses, the state follows
+		// the last ')'.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+			state = b[i+2]
+		}
+		return state == 'T' || state == 't' || state == 'Z' || state == 'X'
+	})
+	return state == 'T' || state == 't'
 }
 
 // clcLengths are the lengths of the CLC messages of a first-contact SMC-D v2 handshake
