@@ -36,6 +36,12 @@ func pipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
 		client.Close()
 		t.Fatal(r.err)
 	}
+	// Both ends close when the test ends (a second Close only returns an error), so that
+	// no test leaves connections, their buffers or a blocked goroutine to the next.
+	t.Cleanup(func() {
+		client.Close()
+		r.c.Close()
+	})
 	return client, r.c
 }
 
