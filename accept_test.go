@@ -62,6 +62,10 @@ func TestAcceptRecoversFromEMFILE(t *testing.T) {
 	// Wait (bounded) until the accept loop has met EMFILE at least twice: it retried.
 	retried := assert.Eventually(t, func() bool { return ln.Stats().AcceptRetries >= 2 }, 10*time.Second, time.Millisecond,
 		"the accept loop did not retry after EMFILE")
+	if !retried {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		t.Logf("listener %+v; %d descriptors open, limit %d", ln.Stats(), len(ents), lim.Cur)
+	}
 	for _, fd := range fill {
 		unix.Close(fd)
 	}
