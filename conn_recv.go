@@ -343,7 +343,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		ws.spinMisses.Add(1)
 	}
 	if answers {
-		sinceStart(&start)
+		sinceStart(&start) // the wait's start, if no spin took it
 		defer func() {
 			sp.sleptAnswered(time.Since(start), c.longSpinBudget(), c.wakeCost())
 			sp.spinMark = spinsBegun()

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/smcloop/smcloop/internal/datapath/pathtest"
 	"github.com/smcloop/smcloop/internal/introspect"
 )
 
@@ -183,15 +184,23 @@ func TestZeroCopyEndsRaceClose(t *testing.T) {
 	if testing.Short() {
 		rounds = 20
 	}
+	// heldAcrossClose closes a connection (on the fake backend, whose End counts link
+	// closes and panics on a second one) with a lease and a reservation still out.
+	heldAcrossClose := func() (a, b *Conn, ae *pathtest.End, l *Lease, res *Reservation) {
+		a, b, ae, _ = fakePipe(t, Config{}, Config{})
+		_, err := b.Write([]byte("x"))
+		require.NoError(t, err)
+		l, err = a.Lease()
+		require.NoError(t, err)
+		res, err = a.Reserve(16)
+		require.NoError(t, err)
+		require.NoError(t, a.Close())
+		require.Zero(t, ae.Events().Closes, "Close left the link's Close to the ends")
+		return a, b, ae, l, res
+	}
+
 	// In turn: the first end leaves the link to the second.
-	a, b, ae, _ := fakePipe(t, Config{}, Config{})
-	_, err := b.Write([]byte("x"))
-	require.NoError(t, err)
-	l, err := a.Lease()
-	require.NoError(t, err)
-	res, err := a.Reserve(16)
-	require.NoError(t, err)
-	require.NoError(t, a.Close())
+	_, b, ae, l, res := heldAcrossClose()
 	require.ErrorIs(t, l.Release(1), net.ErrClosed)
 	require.Zero(t, ae.Events().Closes, "the link closed under a reservation still out")
 	require.ErrorIs(t, res.Commit(0), net.ErrClosed)
@@ -200,15 +209,7 @@ func TestZeroCopyEndsRaceClose(t *testing.T) {
 
 	// At once, many times.
 	for range rounds {
-		a, b, ae, _ := fakePipe(t, Config{}, Config{}) // its End panics on a second Close
-		_, err := b.Write([]byte("x"))
-		require.NoError(t, err)
-		l, err := a.Lease()
-		require.NoError(t, err)
-		res, err := a.Reserve(16)
-		require.NoError(t, err)
-		require.NoError(t, a.Close())
-		require.Zero(t, ae.Events().Closes, "Close left the link's Close to the ends")
+		a, b, ae, l, res := heldAcrossClose()
 		errs := make(chan error, 2)
 		go func() { errs <- l.Release(1) }()
 		go func() { errs <- res.Commit(0) }()

@@ -76,6 +76,8 @@ func (l *fallbackLog) Write(p []byte) (int, error) {
 	return os.Stderr.Write(p)
 }
 
+var _ net.Conn = (*shmipcConn)(nil)
+
 // shmipcConn is one shmipc-go stream of a session as a net.Conn, with the flow control
 // a program streaming over shmipc-go must add (window, on the session's other stream).
 type shmipcConn struct {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -300,18 +299,6 @@ func (w *window) wrote(n int) {
 	w.inSlices += s
 }
 
-// inFlight reports the writes and bytes written and not known to be read.
-func (w *window) inFlight() (writes int, bytes uint64) {
-	c := w.credited.Load()
-	k := 0
-	for _, e := range w.ends[w.head:] {
-		if e > c {
-			k++
-		}
-	}
-	return k, w.written - c
-}
-
 // setWriteDeadline sets the deadline for a write that waits for credit.
 func (w *window) setWriteDeadline(t time.Time) {
 	var ns int64
@@ -349,5 +336,3 @@ func acceptCredit(st *shmipc.Stream, timeout time.Duration) error {
 	}
 	return st.SetReadDeadline(time.Time{})
 }
-
-var _ net.Conn = (*shmipcConn)(nil)

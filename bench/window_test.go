@@ -162,3 +162,15 @@ func TestShmipcWindowNeed(t *testing.T) {
 	w.inSlices = 0
 	assert.EqualValues(t, w.written, w.need(1<<30, limits{writes: 1, bytes: 1}), "nothing in flight: a write of any size may go")
 }
+
+// inFlight reports the writes and bytes written and not known to be read.
+func (w *window) inFlight() (writes int, bytes uint64) {
+	c := w.credited.Load()
+	k := 0
+	for _, e := range w.ends[w.head:] {
+		if e > c {
+			k++
+		}
+	}
+	return k, w.written - c
+}
