@@ -123,11 +123,15 @@ func poolConnections(t *testing.T, kind string, maxIdle int) int {
 	return n
 }
 
-// TestHTTPTransportConnections: with smcloop.DialContext, http.Transport opens no more
-// connections than with TCP under the same load, with room in the pool for every
+// TestHTTPTransportConnections: with smcloop.DialContext, http.Transport opens as many
+// connections as with TCP under the same load, with room in the pool for every
 // worker's connection (TCP then opens one per worker): DialContext returns once the TCP
 // connection is up and the handshake runs in the background, so a dial takes TCP's time
-// and the pool has no reason to dial again meanwhile. Three rounds each, summed. (With fewer idle
+// and the pool has no reason to dial again meanwhile. Three rounds each, summed; smcloop
+// may open a quarter more than TCP: a request that comes as another's connection is on its
+// way back to the pool dials with either transport (TCP's pool opened 8–9 a round here,
+// smcloop's once 25 in three rounds against TCP's 24), while a dial that waited for the
+// handshake opened 2–3 times as many as TCP. (With fewer idle
 // connections allowed than workers, net/http's default of 2, the pool closes and redials
 // connections for either transport, as often as scheduling has it.)
 func TestHTTPTransportConnections(t *testing.T) {
@@ -137,7 +141,9 @@ func TestHTTPTransportConnections(t *testing.T) {
 		smc = append(smc, poolConnections(t, "smcloop", poolWorkers))
 	}
 	t.Logf("connections accepted per round: tcp %v, smcloop %v", tcp, smc)
-	require.LessOrEqual(t, smc[0]+smc[1]+smc[2], tcp[0]+tcp[1]+tcp[2])
+	tcpSum, smcSum := tcp[0]+tcp[1]+tcp[2], smc[0]+smc[1]+smc[2]
+	require.LessOrEqual(t, smcSum, tcpSum+tcpSum/4,
+		"smcloop's pool opened more connections than TCP's beyond the race every pool has")
 }
 
 // TestDialContextBackgroundHandshake: DialContext's connection is SMC-D once its
