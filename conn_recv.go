@@ -296,7 +296,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		// spin whatever the spinner says, and leave its back-off (set by waits for
 		// answers, which are long) as it is.
 		answers = false
-		if spinYield(ready, &start, yieldSpin) {
+		if spinYield(ready, &start, yieldSpin, sp) {
 			ws.spinHits.Add(1)
 			return nil
 		}
@@ -316,12 +316,12 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 			span = c.longSpinBudget()
 			ws.longSpins.Add(1)
 		}
-		hit := spinYield(ready, &start, span)
+		hit := spinYield(ready, &start, span, sp)
 		if !hit && short && answers && c.spinsLong(sp, true) {
 			sp.missed() // the default spin ran out
 			long = true
 			ws.longSpins.Add(1)
-			hit = spinYield(ready, &start, c.longSpinBudget())
+			hit = spinYield(ready, &start, c.longSpinBudget(), nil)
 		}
 		// The default spin's back-off follows the default spin alone: a long spin's outcome
 		// is the long spin's rule's (answeredQuick, sleptAnswered), or a long spin that
@@ -467,6 +467,13 @@ type spinner struct {
 	quick   uint32
 	// spinMark is spinsBegun when the direction's last wait for answers ended.
 	spinMark uint32
+	// sharedCPU is the share of recent tight spins, in 1/256, that ran out and whose
+	// answer then came at the first sched_yield: the peer needed this CPU to answer, as
+	// when the two share one CPU beside a third busy thread; each counts 1/8, as does a
+	// tight spin that caught its answer (against). tightProbes counts the spins that
+	// skipped their tight part for it (tightSpinPays).
+	sharedCPU   uint32
+	tightProbes uint32
 	// mark is sleptWaits when othersWaiting last looked; ownSlept counts this direction's
 	// own waits that slept since. moved is the connection's bytes both ways at this
 	// direction's last wait (spinFor).
@@ -669,12 +676,13 @@ func sinceStart(start *time.Time) time.Duration {
 }
 
 // spinYield checks ready until span after *start (when the wait began, read from the
-// clock at the first look at it, sinceStart): in a process with
-// nothing else to run, for the first tightSpin back to back; then giving way in between,
-// first to this process's other runnable goroutines (runtime.Gosched), then to other
-// threads on this CPU (sched_yield). A busy process thus loses nothing to the spin; an
-// idle one polls.
-func spinYield(ready func() bool, start *time.Time, span time.Duration) bool {
+// clock at the first look at it, sinceStart): in a process with nothing else to run, for
+// the first tightSpin back to back (unless sp, the direction's spinner, says that its
+// tight spins do not pay: tightSpinPays); then giving way in between, first to this
+// process's other runnable goroutines (runtime.Gosched), then to other threads on this
+// CPU (sched_yield). A busy process thus loses nothing to the spin; an idle one polls.
+// sp nil leaves the tight part on and unrecorded (a second spin of the same wait).
+func spinYield(ready func() bool, start *time.Time, span time.Duration, sp *spinner) bool {
 	// Spinning pays off for the few connections a process is actively waiting on; with
 	// many waiting at once, the spins would only compete for the CPU. So a process spins
 	// on at most half its Ps at a time (at least one); other waiters sleep at once.
@@ -683,11 +691,18 @@ func spinYield(ready func() bool, start *time.Time, span time.Duration) bool {
 		return false
 	}
 	defer spinners.Add(^uint64(0))
-	if processIdle() {
+	tight := processIdle() && sp.tightSpinPays()
+	if tight {
+		caught := true
 		for i := 1; !ready(); i++ {
 			if i%16 == 0 && sinceStart(start) >= tightSpin {
+				caught = false
 				break
 			}
+		}
+		if caught {
+			sp.tightCaught()
+			return true
 		}
 	}
 	for i := 1; !ready(); i++ {
@@ -698,8 +713,48 @@ func spinYield(ready func() bool, start *time.Time, span time.Duration) bool {
 			runtime.Gosched()
 		}
 		yield()
+		if i == 1 && tight && ready() {
+			sp.tightRanOut() // the first sched_yield after it brought the answer
+			return true
+		}
 	}
 	return true
+}
+
+// tightSpinPays reports whether a spin of this direction checks back to back first
+// (tightSpin). Not when most of its recent tight spins ran out and the first sched_yield
+// after them brought the answer (sharedCPU): then the peer answers only once this thread
+// gives way, as it does when both share a CPU (a third busy thread on a host of two,
+// where a tight spin on each side made a 14-byte round trip 26 µs, 3.8x TCP's), and a
+// tight spin only holds the answer back by its own length. Every tightProbeEvery-th such spin
+// checks back to back all the same, to see whether that has changed.
+func (s *spinner) tightSpinPays() bool {
+	if s == nil || s.sharedCPU < 256/2 {
+		return true
+	}
+	s.tightProbes++
+	return s.tightProbes%tightProbeEvery == 0
+}
+
+// tightProbeEvery is how often a direction whose tight spins do not pay checks back to
+// back all the same: rarely enough that the 14-byte round trip's p99 stays clear of the
+// probes (each costs tightSpin where the CPU is shared), often enough that a connection
+// finds the CPU no longer shared within a few hundred waits.
+const tightProbeEvery = 128
+
+// tightCaught records a tight spin that caught its answer.
+func (s *spinner) tightCaught() {
+	if s != nil {
+		s.sharedCPU -= s.sharedCPU / 8
+	}
+}
+
+// tightRanOut records a tight spin that ran out and whose answer came at the first
+// sched_yield after it.
+func (s *spinner) tightRanOut() {
+	if s != nil {
+		s.sharedCPU += (256 - s.sharedCPU) / 8
+	}
 }
 
 // spinners: the low 32 bits count the goroutines of this process in spinYield; the high 32 count

@@ -533,3 +533,88 @@ func moveThrough(t *testing.T, from, to *Conn, n int) {
 	require.NoError(t, err)
 	require.NoError(t, <-drained)
 }
+
+// answerAtYield stands in for a peer that can answer only once this thread gives way
+// (the two share a CPU): the answer is there from the first sched_yield on. It counts the
+// checks before it.
+type answerAtYield struct {
+	yielded bool
+	checks  int // ready calls before the first yield
+}
+
+func (a *answerAtYield) ready() bool {
+	if !a.yielded {
+		a.checks++
+	}
+	return a.yielded
+}
+
+// withYield replaces the spin's sched_yield with f for the test.
+func withYield(t *testing.T, f func()) {
+	old := yield
+	yield = f
+	t.Cleanup(func() { yield = old })
+}
+
+// TestTightSpinGivesWayToASharedCPU: a direction whose tight spins run out and whose
+// answers then come at the first sched_yield (a peer on the same CPU, which a tight spin
+// keeps from running) stops checking back to back and yields at once, but for one spin
+// in tightProbeEvery; answers caught by tight spins again bring the tight spin back.
+// (Two processes on one CPU beside a busy third thread took 26 µs per 14-byte round trip
+// with a tight spin on each side, 2 µs without: docs/HISTORY.md.)
+func TestTightSpinGivesWayToASharedCPU(t *testing.T) {
+	var a *answerAtYield
+	withYield(t, func() { a.yielded = true })
+	sp := &spinner{}
+	tightSpins := 0
+	// The tight part runs only while the process has nothing else to run (processIdle),
+	// which a test process has nearly always: a few tries suffice.
+	for i := 0; i < 1000 && sp.tightSpinPays(); i++ {
+		a = &answerAtYield{}
+		var start time.Time
+		require.True(t, spinYield(a.ready, &start, yieldSpin, sp))
+		if a.checks > 16 {
+			tightSpins++
+		}
+	}
+	require.False(t, sp.tightSpinPays(), "after %d tight spins that ran out", tightSpins)
+	assert.GreaterOrEqual(t, tightSpins, 6, "each such spin counts an eighth")
+
+	// Now the spins yield at once: one check, then the sched_yield, but for the probes.
+	sp.tightProbes = 0
+	for i := 1; i < tightProbeEvery; i++ {
+		a = &answerAtYield{}
+		var start time.Time
+		require.True(t, spinYield(a.ready, &start, yieldSpin, sp))
+		require.Equal(t, 1, a.checks, "spin %d", i)
+	}
+
+	// Tight spins that catch their answers (a peer on another CPU) bring it back.
+	for range 8 {
+		sp.tightCaught()
+	}
+	assert.True(t, sp.tightSpinPays())
+}
+
+// TestTightSpinStaysWhenItCatches: answers that come during the tight spin, or later than
+// the first sched_yield after it (a peer on another CPU, slower than the tight spin),
+// leave it on.
+func TestTightSpinStaysWhenItCatches(t *testing.T) {
+	sp := &spinner{}
+	withYield(t, func() {})
+	for range 100 {
+		n := 0
+		var start time.Time
+		require.True(t, spinYield(func() bool { n++; return n > 3 }, &start, yieldSpin, sp))
+	}
+	assert.Zero(t, sp.sharedCPU)
+	// Caught at the third sched_yield after the tight spin ran out.
+	for range 100 {
+		var start time.Time
+		yields := 0
+		withYield(t, func() { yields++ })
+		require.True(t, spinYield(func() bool { return yields >= 3 }, &start, yieldSpin, sp))
+	}
+	assert.Zero(t, sp.sharedCPU)
+	assert.True(t, sp.tightSpinPays())
+}
