@@ -325,6 +325,7 @@ func processCounters() introspect.Stats {
 	}
 	sort.Slice(s.Fallbacks, func(i, j int) bool { return s.Fallbacks[i].Code < s.Fallbacks[j].Code })
 	s.WakeCostNs, s.WakeSamples = int64(ps.WakeCost), ps.WakeSamples
+	s.StarvedSpins = ps.StarvedSpins
 	b := ps.Buffers
 	s.RMBAlloc, s.RMBReuse, s.RMBDowngrade, s.PeerAttach, s.PeerReuse = b.RMBAlloc, b.RMBReuse, b.RMBDowngrade, b.PeerAttach, b.PeerReuse
 	return s

@@ -490,6 +490,8 @@ func TestLongSpinAfterTheShortOne(t *testing.T) {
 	spinHint.Store(0)
 	client, server := pipe(t, Config{}, Config{})
 	wait := func(c *Conn) WaitStats {
+		// A starved spin of this busy test process (its back-off) would skip the spins.
+		resetStarved(t)
 		c.testHooks = &connTestHooks{wakeCost: 50 * time.Microsecond} // a 200 µs budget
 		c.rx.mu.Lock()
 		defer c.rx.mu.Unlock()
@@ -563,6 +565,7 @@ func withYield(t *testing.T, f func()) {
 // (Two processes on one CPU beside a busy third thread took 26 µs per 14-byte round trip
 // with a tight spin on each side, 2 µs without: docs/HISTORY.md.)
 func TestTightSpinGivesWayToASharedCPU(t *testing.T) {
+	resetStarved(t)
 	var a *answerAtYield
 	withYield(t, func() { a.yielded = true })
 	sp := &spinner{}
@@ -572,7 +575,7 @@ func TestTightSpinGivesWayToASharedCPU(t *testing.T) {
 	for i := 0; i < 1000 && sp.tightSpinPays(); i++ {
 		a = &answerAtYield{}
 		var start time.Time
-		require.True(t, spinYield(a.ready, &start, yieldSpin, sp))
+		require.True(t, spinYield(a.ready, &start, time.Hour, sp))
 		if a.checks > 16 {
 			tightSpins++
 		}
@@ -585,7 +588,7 @@ func TestTightSpinGivesWayToASharedCPU(t *testing.T) {
 	for i := 1; i < tightProbeEvery; i++ {
 		a = &answerAtYield{}
 		var start time.Time
-		require.True(t, spinYield(a.ready, &start, yieldSpin, sp))
+		require.True(t, spinYield(a.ready, &start, time.Hour, sp))
 		require.Equal(t, 1, a.checks, "spin %d", i)
 	}
 
@@ -600,12 +603,13 @@ func TestTightSpinGivesWayToASharedCPU(t *testing.T) {
 // the first sched_yield after it (a peer on another CPU, slower than the tight spin),
 // leave it on.
 func TestTightSpinStaysWhenItCatches(t *testing.T) {
+	resetStarved(t)
 	sp := &spinner{}
 	withYield(t, func() {})
 	for range 100 {
 		n := 0
 		var start time.Time
-		require.True(t, spinYield(func() bool { n++; return n > 3 }, &start, yieldSpin, sp))
+		require.True(t, spinYield(func() bool { n++; return n > 3 }, &start, time.Hour, sp))
 	}
 	assert.Zero(t, sp.sharedCPU)
 	// Caught at the third sched_yield after the tight spin ran out.
@@ -613,8 +617,88 @@ func TestTightSpinStaysWhenItCatches(t *testing.T) {
 		var start time.Time
 		yields := 0
 		withYield(t, func() { yields++ })
-		require.True(t, spinYield(func() bool { return yields >= 3 }, &start, yieldSpin, sp))
+		require.True(t, spinYield(func() bool { return yields >= 3 }, &start, time.Hour, sp))
 	}
 	assert.Zero(t, sp.sharedCPU)
 	assert.True(t, sp.tightSpinPays())
+}
+
+// resetStarved clears the process's starved-spin state before and after a test.
+func resetStarved(t *testing.T) {
+	starvedUntil.Store(0)
+	starvedLevel.Store(0)
+	t.Cleanup(func() {
+		starvedUntil.Store(0)
+		starvedLevel.Store(0)
+	})
+}
+
+// TestStarvedSpinStopsTheProcessSpinning: a sched_yield that keeps the spinner from its
+// checks for yieldStarved (another thread busy on its CPU took a time slice) ends the
+// spin and stops every wait of the process spinning for the back-off, which doubles with
+// each further starved spin; once it has passed, a spin runs again, and one that ends
+// unstarved takes the doubling a step back.
+func TestStarvedSpinStopsTheProcessSpinning(t *testing.T) {
+	resetStarved(t)
+	yields := 0
+	withYield(t, func() {
+		yields++
+		time.Sleep(yieldStarved + yieldStarved/2) // a slice given to another thread
+	})
+	never := func() bool { return false }
+	before := starvedSpins.Load()
+	var start time.Time
+	require.False(t, spinYield(never, &start, time.Hour, nil))
+	assert.Equal(t, 1, yields, "the first starved turn ends the spin")
+	assert.Equal(t, before+1, starvedSpins.Load())
+	assert.Equal(t, uint32(1), starvedLevel.Load())
+	first := time.Duration(starvedUntil.Load() - time.Now().UnixNano())
+	assert.Greater(t, first, time.Duration(0))
+	assert.LessOrEqual(t, first, starvedBackoff)
+
+	// During the back-off no spin checks or yields.
+	checks := 0
+	start = time.Time{}
+	require.False(t, spinYield(func() bool { checks++; return false }, &start, time.Hour, &spinner{}))
+	assert.Zero(t, checks)
+	assert.Equal(t, 1, yields)
+
+	// After it, a spin runs; starved again, the back-off doubles.
+	starvedUntil.Store(time.Now().UnixNano() - 1)
+	start = time.Time{}
+	require.False(t, spinYield(never, &start, time.Hour, nil))
+	assert.Equal(t, 2, yields)
+	assert.Equal(t, uint32(2), starvedLevel.Load())
+	second := time.Duration(starvedUntil.Load() - time.Now().UnixNano())
+	assert.Greater(t, second, starvedBackoff)
+	assert.LessOrEqual(t, second, 2*starvedBackoff)
+
+	// A starved turn that brought the answer ends the spin with it, starved all the same.
+	starvedUntil.Store(time.Now().UnixNano() - 1)
+	answered := false
+	withYield(t, func() { answered = true; time.Sleep(yieldStarved + yieldStarved/2) })
+	start = time.Time{}
+	require.True(t, spinYield(func() bool { return answered }, &start, time.Hour, nil))
+	assert.Equal(t, uint32(3), starvedLevel.Load())
+
+	// A spin that is not starved steps the doubling down.
+	starvedUntil.Store(time.Now().UnixNano() - 1)
+	withYield(t, func() {})
+	n := 0
+	start = time.Time{}
+	require.True(t, spinYield(func() bool { n++; return n > 40 }, &start, time.Hour, nil))
+	assert.Equal(t, uint32(2), starvedLevel.Load())
+	assert.Zero(t, starvedUntil.Load(), "the first spin after the back-off cleared it")
+}
+
+// TestStarvedSpinsCap: the back-off doubles at most starvedLevels-1 times.
+func TestStarvedSpinsCap(t *testing.T) {
+	resetStarved(t)
+	for range starvedLevels + 3 {
+		spinStarved()
+	}
+	assert.Equal(t, uint32(starvedLevels), starvedLevel.Load())
+	left := time.Duration(starvedUntil.Load() - time.Now().UnixNano())
+	assert.LessOrEqual(t, left, starvedBackoff<<(starvedLevels-1))
+	assert.Greater(t, left, starvedBackoff<<(starvedLevels-2))
 }

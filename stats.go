@@ -146,6 +146,11 @@ type Statistics struct {
 	// (docs/TUNING.md, BusyPoll).
 	WakeCost    time.Duration
 	WakeSamples uint64
+	// StarvedSpins counts the spins that ended because one of their sched_yields kept
+	// the thread from its CPU for a millisecond or more (other threads busy on every
+	// CPU): each stops the process's waits spinning for a back-off of 50 ms to 800 ms
+	// (docs/TUNING.md, BusyPoll).
+	StarvedSpins uint64
 }
 
 // BufferStats are the process-wide buffer counters of the backends (the kernel's
@@ -239,5 +244,6 @@ func ProcessStatistics() Statistics {
 		ClientReasons: procStats.reasons[sideClient].snapshot(), ServerReasons: procStats.reasons[sideServer].snapshot(),
 		Buffers:  smcdProcessBuffers(),
 		WakeCost: datapath.WakeCost(), WakeSamples: datapath.WakeSamples(),
+		StarvedSpins: starvedSpins.Load(),
 	}
 }

@@ -108,6 +108,7 @@ func TestWritingFlag(t *testing.T) {
 // it is in the middle of a write, and leaves the back-off as it was; without the
 // announcement, or from a peer that is not known to be smcloop, it skips the spin.
 func TestWaitSpinsWhilePeerWrites(t *testing.T) {
+	resetStarved(t)
 	backedOff := spinner{seeded: true, misses: 3, skip: 7}
 	for _, tc := range []struct {
 		name    string

@@ -180,6 +180,7 @@ func printStats(w io.Writer, rep *statsReport) {
 	line("Doorbell sleeps", h.DoorbellSleeps, "")
 	line("Futex sleeps", h.FutexSleeps, fmt.Sprintf("peers' woken %d", h.FutexWakes))
 	line("Wake-up cost", wakeCost(h), fmt.Sprintf("over %d wake-ups", h.WakeSamples))
+	line("Starved spins", h.StarvedSpins, "a sched_yield lost the CPU 1 ms or more: spins off for a back-off")
 	tw.Flush()
 	fmt.Fprintln(w)
 

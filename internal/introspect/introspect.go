@@ -276,6 +276,8 @@ type Stats struct {
 	// weighted by WakeSamples.
 	WakeCostNs  int64  `json:"wake_cost_ns"`
 	WakeSamples uint64 `json:"wake_samples"`
+	// StarvedSpins counts the spins a starved sched_yield ended (smcloop.Statistics).
+	StarvedSpins uint64 `json:"starved_spins"`
 }
 
 // Waits are how a direction's waits ended (smcloop.WaitStats): Waits in all; SpinHits
@@ -316,7 +318,7 @@ func (s *Stats) counters() []*uint64 {
 		&s.TxBytes, &s.RxBytes, &s.TxCalls, &s.RxCalls, &s.TCPTxBytes, &s.TCPRxBytes, &s.BufFull, &s.BufFullPeer,
 		&s.CorkPushes, &s.NoDelayPushes, &s.SendfileCalls, &s.RingsSent, &s.RingsSuppressed,
 		&s.RMBAlloc, &s.RMBReuse, &s.RMBDowngrade, &s.PeerAttach, &s.PeerReuse,
-		&s.DoorbellSleeps, &s.FutexSleeps, &s.FutexWakes, &s.WakeSamples,
+		&s.DoorbellSleeps, &s.FutexSleeps, &s.FutexWakes, &s.WakeSamples, &s.StarvedSpins,
 	}
 	c = append(c, s.ReadWaits.counters()...)
 	c = append(c, s.WriteWaits.counters()...)
