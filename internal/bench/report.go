@@ -109,6 +109,13 @@ func (r *Results) writeHeader(w io.Writer) {
 	} else {
 		field("pinning", "none: the scheduler places client and server")
 	}
+	if s.Busy > 0 {
+		what := "neighbours: other processes, each keeping"
+		if s.Busy == 1 {
+			what = "neighbour: another process, keeping"
+		}
+		field("busy", "%d %s one thread busy on the CPU throughout (--busy)", s.Busy, what)
+	}
 	if s.Preset != "" {
 		if p, err := LookupPreset(s.Preset); err == nil {
 			field("preset", "%s: seed %s", p.Name, p.Seed)

@@ -61,8 +61,10 @@ type Settings struct {
 	WarmupNS   int64    `json:"warmup_ns"`
 	Rounds     int      `json:"rounds"`
 	Pinned     bool     `json:"pinned"`
-	ClientCPU  int      `json:"client_cpu"` // -1 when not pinned
-	ServerCPU  int      `json:"server_cpu"` // -1 when not pinned
+	// Busy is the number of busy neighbours that ran beside the measurements (Config.Busy).
+	Busy      int `json:"busy,omitempty"`
+	ClientCPU int `json:"client_cpu"` // -1 when not pinned
+	ServerCPU int `json:"server_cpu"` // -1 when not pinned
 	// Placement is what the checks of a pinned run's placement found (nil unpinned).
 	Placement *Placement `json:"placement,omitempty"`
 	// Preset names the preset the run was made with, if any.

@@ -32,6 +32,10 @@ type Config struct {
 	// Pin puts this process on CPU 0 and each server child on CPU 1 (sched_setaffinity),
 	// after the floors are measured; the previous CPU mask is restored before Run returns.
 	Pin bool
+	// Busy starts this many busy neighbours beside the measurements: child processes
+	// that each keep one thread busy on the CPU (as other users' work on a shared host
+	// does), started after the floors are measured and stopped before Run returns.
+	Busy int
 	// Server makes the command for a server child.
 	Server ServerCmd
 	// Addr, if set, is the address of a server started on its own (Serve, "smcloop
@@ -131,6 +135,10 @@ func (c *Config) validate() error {
 		return errors.New("cannot pin a server started on its own")
 	case c.ServerHost != "" && c.Pin:
 		return errors.New("cannot pin a server on another host")
+	case c.Busy < 0 || c.Busy > maxBusy:
+		return fmt.Errorf("busy %d: must be between 0 and %d", c.Busy, maxBusy)
+	case c.Busy > 0 && (c.Addr != "" || c.ServerHost != ""):
+		return errors.New("busy neighbours run as this host's server children: not with a server started on its own or on another host")
 	}
 	if c.ServerHost == "" {
 		for _, t := range c.allTransports() {
@@ -252,6 +260,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			WarmupNS:   int64(cfg.Warmup),
 			Rounds:     cfg.Rounds,
 			Pinned:     cfg.Pin,
+			Busy:       cfg.Busy,
 			ClientCPU:  -1,
 			ServerCPU:  -1,
 			Preset:     cfg.Preset,
@@ -293,6 +302,13 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			return nil, err
 		}
 		defer restore()
+	}
+	if cfg.Busy > 0 {
+		busy, err := startBusy(ctx, cfg.Server, cfg.Busy)
+		if err != nil {
+			return nil, err
+		}
+		defer busy.stop(ctx)
 	}
 	r := &runner{cfg: cfg, serverCPU: cpus[1], steps: (len(cfg.LatSizes) + len(cfg.BWSizes)) * cfg.Rounds * len(cfg.Transports)}
 	if cfg.Conn != nil {

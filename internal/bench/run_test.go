@@ -172,6 +172,10 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		"oversized size": func(c *Config) { c.LatSizes = []int{MaxSize + 1} },
 		"two hosts":      func(c *Config) { tr := TCP(); tr.TwoHosts = true; c.Transports = []Transport{tr} },
 		"pinned remote":  func(c *Config) { c.ServerHost = "127.0.0.1:7700"; c.Pin = true },
+		"busy negative":  func(c *Config) { c.Busy = -1 },
+		"busy too many":  func(c *Config) { c.Busy = maxBusy + 1 },
+		"busy remote":    func(c *Config) { c.ServerHost = "127.0.0.1:7700"; c.Busy = 1 },
+		"busy addr":      func(c *Config) { c.Addr = "127.0.0.1:1"; c.Server = nil; c.Busy = 1 },
 	} {
 		c := good
 		mutate(&c)
@@ -254,6 +258,9 @@ func TestRunListenIP(t *testing.T) {
 }
 
 func TestParseServerArgs(t *testing.T) {
+	busy, err := ParseServerArgs(busyArgs)
+	require.NoError(t, err)
+	assert.Equal(t, ServerArgs{CPU: -1, Lifeline: true, FileSize: DefaultHTTPFileSize, Busy: true}, busy)
 	sa, err := ParseServerArgs([]string{"--transport", "tcp", "--lifeline", "--listen-ip", "::ffff:10.0.0.1"})
 	require.NoError(t, err)
 	assert.Equal(t, ServerArgs{Transport: "tcp", CPU: -1, Lifeline: true, FileSize: DefaultHTTPFileSize, ListenIP: "::ffff:10.0.0.1"}, sa)
@@ -264,6 +271,9 @@ func TestParseServerArgs(t *testing.T) {
 		{"--transport", "tcp", "--bogus"},
 		{"--transport", "tcp", "extra"},
 		{"--transport", "tcp", "--conns", "--http", "write"},
+		{"--busy"},
+		{"--busy", "--lifeline", "--transport", "tcp"},
+		{"--busy", "--lifeline", "--conns"},
 	} {
 		_, err := ParseServerArgs(args)
 		assert.Error(t, err, "%q", args)

@@ -62,6 +62,9 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	if err != nil {
 		return err
 	}
+	if sa.Busy {
+		return busyChild(sa, stdin, stdout)
+	}
 	tr, _ := Lookup(sa.Transport) // ParseServerArgs found it
 	if sa.CPU >= 0 {
 		if _, err := cpupin.Process(sa.CPU); err != nil {
@@ -153,6 +156,7 @@ type ServerArgs struct {
 	HTTP      string // "" unless --http
 	FileSize  int
 	ListenIP  string // "" unless --listen-ip: then a literal IP address
+	Busy      bool   // a busy neighbour (Config.Busy), not a server
 }
 
 // ParseServerArgs parses and checks a server child's arguments: known flags only, a
@@ -171,6 +175,7 @@ func ParseServerArgs(args []string) (ServerArgs, error) {
 	fs.StringVar(&sa.HTTP, "http", "", "serve a file over HTTP by this method until told to stop")
 	fs.IntVar(&sa.FileSize, "file-size", DefaultHTTPFileSize, "the size of the file the HTTP server serves")
 	fs.StringVar(&sa.ListenIP, "listen-ip", "", "listen on this IP address")
+	fs.BoolVar(&sa.Busy, "busy", false, "keep one thread busy until stdin reaches EOF (a busy neighbour)")
 	if err := fs.Parse(args); err != nil {
 		return ServerArgs{}, fmt.Errorf("bench server: %w", err)
 	}
@@ -179,6 +184,12 @@ func ParseServerArgs(args []string) (ServerArgs, error) {
 	}
 	if sa.Conns && sa.HTTP != "" {
 		return ServerArgs{}, errors.New("bench server: --conns and --http exclude each other")
+	}
+	if sa.Busy {
+		if sa.Transport != "" || sa.Conns || sa.HTTP != "" || sa.ListenIP != "" || !sa.Lifeline {
+			return ServerArgs{}, errors.New("bench server: --busy takes --lifeline and --cpu only")
+		}
+		return sa, nil
 	}
 	tr, err := Lookup(sa.Transport)
 	if err != nil {

@@ -103,6 +103,7 @@ explicitly override it. The presets:
 			&cli.DurationFlag{Name: "warmup", Value: 200 * time.Millisecond, Usage: "unmeasured time before each measurement"},
 			&cli.IntFlag{Name: "rounds", Value: 1, Usage: "repeat every point this many times"},
 			&cli.BoolFlag{Name: "pin", Usage: "pin the client to CPU 0 and the server to CPU 1 (sched_setaffinity)"},
+			&cli.IntFlag{Name: "busy", Usage: "run `N` busy neighbours beside the measurements: processes that each keep one thread busy on the CPU, as other users' work on a shared host does"},
 			&cli.StringFlag{Name: "baseline", Usage: "transport the ratio columns divide by (default: tcp if measured, else the first)"},
 			&cli.StringFlag{Name: "json", TakesFile: true, Usage: "also write the raw figures as JSON to `FILE` (\"-\": stdout, instead of the tables)"},
 			&cli.StringFlag{Name: "server-host", Usage: "run the servers on another host: the `IP:PORT` of its smcloop " + HostName + " (e.g. 10.0.0.1:7700); for smcr (SMC-R) and tcp between two hosts"},
@@ -260,6 +261,7 @@ func runBench(c *cli.Context, o Options) error {
 		Warmup:     c.Duration("warmup"),
 		Rounds:     c.Int("rounds"),
 		Pin:        c.Bool("pin"),
+		Busy:       c.Int("busy"),
 		Server: func(args []string) *exec.Cmd {
 			return exec.Command(exe, append([]string{ServerName}, args...)...)
 		},

@@ -123,6 +123,9 @@ func checkHostArgs(ip netip.Addr, args []string) error {
 	if !sa.Lifeline {
 		return errors.New("the server arguments lack --lifeline")
 	}
+	if sa.Busy {
+		return errors.New("a bench host starts no busy neighbours")
+	}
 	if sa.ListenIP != ip.String() {
 		return fmt.Errorf("--listen-ip %q: this bench host serves on %s", sa.ListenIP, ip)
 	}

@@ -29,6 +29,7 @@ func TestCheckHostArgs(t *testing.T) {
 		{"--transport", "tcp", "--lifeline", "--listen-ip", "10.0.0.2"}, // not this host's
 		{"--transport", "nope", "--lifeline", "--listen-ip", "10.0.0.1"},
 		{"--transport", "tcp", "--lifeline", "--listen-ip", "10.0.0.1", "--exec", "/bin/sh"},
+		{"--busy", "--lifeline"}, // no CPU burners for others
 	} {
 		assert.Error(t, checkHostArgs(ip, args), "%q", args)
 	}
