@@ -683,6 +683,12 @@ func sinceStart(start *time.Time) time.Duration {
 // CPU (sched_yield). A busy process thus loses nothing to the spin; an idle one polls.
 // sp nil leaves the tight part on and unrecorded (a second spin of the same wait).
 func spinYield(ready func() bool, start *time.Time, span time.Duration, sp *spinner) bool {
+	return spinWith(ready, start, span, sp, processIdle, yield)
+}
+
+// spinWith is spinYield with the test of the process's idleness and the way to give the
+// CPU away passed in, for tests to set.
+func spinWith(ready func() bool, start *time.Time, span time.Duration, sp *spinner, idle func() bool, giveWay func()) bool {
 	// Spinning pays off for the few connections a process is actively waiting on; with
 	// many waiting at once, the spins would only compete for the CPU. So a process spins
 	// on at most half its Ps at a time (at least one); other waiters sleep at once.
@@ -694,7 +700,7 @@ func spinYield(ready func() bool, start *time.Time, span time.Duration, sp *spin
 	if spinsStarved() {
 		return false
 	}
-	tight := processIdle() && sp.tightSpinPays()
+	tight := idle() && sp.tightSpinPays()
 	if tight {
 		caught := true
 		for i := 1; !ready(); i++ {
@@ -719,7 +725,7 @@ func spinYield(ready func() bool, start *time.Time, span time.Duration, sp *spin
 			runtime.Gosched()
 			d = sinceStart(start) // the process's own goroutines are not the starving kind
 		}
-		yield()
+		giveWay()
 		next := sinceStart(start)
 		if next-d >= yieldStarved {
 			spinStarved()
@@ -753,10 +759,17 @@ const yieldStarved = time.Millisecond
 // (starvedLevels-1); a spin that ends otherwise takes a step back down. Waits then sleep
 // at once, as TCP's do, and a thread woken from a sleep is not put behind the others.
 var (
-	starvedUntil atomic.Int64  // unix ns until which no wait spins; 0: none
+	starvedUntil atomic.Int64  // starvedClock() until which no wait spins; 0: none
 	starvedLevel atomic.Uint32 // starved spins lately: the back-off's doubling
 	starvedSpins atomic.Uint64 // starved spins in all
 )
+
+// starvedEpoch anchors starvedClock.
+var starvedEpoch = time.Now()
+
+// starvedClock is the monotonic time since starvedEpoch, in ns: a step of the wall clock
+// neither ends a back-off early nor makes it last.
+func starvedClock() int64 { return int64(time.Since(starvedEpoch)) }
 
 const (
 	starvedBackoff = 50 * time.Millisecond
@@ -770,7 +783,7 @@ func spinsStarved() bool {
 	if u == 0 {
 		return false
 	}
-	if time.Now().UnixNano() < u {
+	if starvedClock() < u {
 		return true
 	}
 	starvedUntil.CompareAndSwap(u, 0)
@@ -785,7 +798,7 @@ func spinStarved() {
 		starvedLevel.CompareAndSwap(l, l+1)
 		l++
 	}
-	starvedUntil.Store(time.Now().Add(starvedBackoff << (l - 1)).UnixNano())
+	starvedUntil.Store(starvedClock() + int64(starvedBackoff<<(l-1)))
 }
 
 // spinEnded records a spin that was not starved: the back-off's doubling steps down.

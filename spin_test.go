@@ -551,12 +551,9 @@ func (a *answerAtYield) ready() bool {
 	return a.yielded
 }
 
-// withYield replaces the spin's sched_yield with f for the test.
-func withYield(t *testing.T, f func()) {
-	old := yield
-	yield = f
-	t.Cleanup(func() { yield = old })
-}
+// idleProcess stands in for processIdle: the tight part runs whatever else the test
+// process has running.
+func idleProcess() bool { return true }
 
 // TestTightSpinGivesWayToASharedCPU: a direction whose tight spins run out and whose
 // answers then come at the first sched_yield (a peer on the same CPU, which a tight spin
@@ -566,31 +563,27 @@ func withYield(t *testing.T, f func()) {
 // with a tight spin on each side, 2 µs without: docs/HISTORY.md.)
 func TestTightSpinGivesWayToASharedCPU(t *testing.T) {
 	resetStarved(t)
-	var a *answerAtYield
-	withYield(t, func() { a.yielded = true })
 	sp := &spinner{}
-	tightSpins := 0
-	// The tight part runs only while the process has nothing else to run (processIdle),
-	// which a test process has nearly always: a few tries suffice.
-	for i := 0; i < 1000 && sp.tightSpinPays(); i++ {
-		a = &answerAtYield{}
+	spin := func() *answerAtYield {
+		a := &answerAtYield{}
 		var start time.Time
-		require.True(t, spinYield(a.ready, &start, time.Hour, sp))
-		if a.checks > 16 {
-			tightSpins++
-		}
+		starvedUntil.Store(0) // a turn this busy test process lost to the host is not the test's
+		require.True(t, spinWith(a.ready, &start, time.Hour, sp, idleProcess, func() { a.yielded = true }))
+		return a
 	}
-	require.False(t, sp.tightSpinPays(), "after %d tight spins that ran out", tightSpins)
-	assert.GreaterOrEqual(t, tightSpins, 6, "each such spin counts an eighth")
+	for i := range 6 {
+		require.True(t, sp.tightSpinPays(), "after %d tight spins that ran out", i)
+		sp.tightProbes = 0
+		require.Greater(t, spin().checks, 16, "spin %d: checked back to back", i)
+	}
+	require.False(t, sp.tightSpinPays(), "after six tight spins that ran out (an eighth each)")
 
 	// Now the spins yield at once: one check, then the sched_yield, but for the probes.
 	sp.tightProbes = 0
 	for i := 1; i < tightProbeEvery; i++ {
-		a = &answerAtYield{}
-		var start time.Time
-		require.True(t, spinYield(a.ready, &start, time.Hour, sp))
-		require.Equal(t, 1, a.checks, "spin %d", i)
+		require.Equal(t, 1, spin().checks, "spin %d", i)
 	}
+	assert.Greater(t, spin().checks, 16, "the probe checks back to back")
 
 	// Tight spins that catch their answers (a peer on another CPU) bring it back.
 	for range 8 {
@@ -605,19 +598,19 @@ func TestTightSpinGivesWayToASharedCPU(t *testing.T) {
 func TestTightSpinStaysWhenItCatches(t *testing.T) {
 	resetStarved(t)
 	sp := &spinner{}
-	withYield(t, func() {})
 	for range 100 {
 		n := 0
 		var start time.Time
-		require.True(t, spinYield(func() bool { n++; return n > 3 }, &start, time.Hour, sp))
+		starvedUntil.Store(0)
+		require.True(t, spinWith(func() bool { n++; return n > 3 }, &start, time.Hour, sp, idleProcess, func() {}))
 	}
 	assert.Zero(t, sp.sharedCPU)
 	// Caught at the third sched_yield after the tight spin ran out.
 	for range 100 {
 		var start time.Time
 		yields := 0
-		withYield(t, func() { yields++ })
-		require.True(t, spinYield(func() bool { return yields >= 3 }, &start, time.Hour, sp))
+		starvedUntil.Store(0)
+		require.True(t, spinWith(func() bool { return yields >= 3 }, &start, time.Hour, sp, idleProcess, func() { yields++ }))
 	}
 	assert.Zero(t, sp.sharedCPU)
 	assert.True(t, sp.tightSpinPays())
@@ -641,52 +634,49 @@ func resetStarved(t *testing.T) {
 func TestStarvedSpinStopsTheProcessSpinning(t *testing.T) {
 	resetStarved(t)
 	yields := 0
-	withYield(t, func() {
+	starve := func() {
 		yields++
 		time.Sleep(yieldStarved + yieldStarved/2) // a slice given to another thread
-	})
+	}
 	never := func() bool { return false }
+	spin := func(ready func() bool, giveWay func()) bool {
+		var start time.Time
+		return spinWith(ready, &start, time.Hour, nil, idleProcess, giveWay)
+	}
 	before := starvedSpins.Load()
-	var start time.Time
-	require.False(t, spinYield(never, &start, time.Hour, nil))
+	require.False(t, spin(never, starve))
 	assert.Equal(t, 1, yields, "the first starved turn ends the spin")
 	assert.Equal(t, before+1, starvedSpins.Load())
 	assert.Equal(t, uint32(1), starvedLevel.Load())
-	first := time.Duration(starvedUntil.Load() - time.Now().UnixNano())
+	first := time.Duration(starvedUntil.Load() - starvedClock())
 	assert.Greater(t, first, time.Duration(0))
 	assert.LessOrEqual(t, first, starvedBackoff)
 
 	// During the back-off no spin checks or yields.
 	checks := 0
-	start = time.Time{}
-	require.False(t, spinYield(func() bool { checks++; return false }, &start, time.Hour, &spinner{}))
+	require.False(t, spin(func() bool { checks++; return false }, starve))
 	assert.Zero(t, checks)
 	assert.Equal(t, 1, yields)
 
 	// After it, a spin runs; starved again, the back-off doubles.
-	starvedUntil.Store(time.Now().UnixNano() - 1)
-	start = time.Time{}
-	require.False(t, spinYield(never, &start, time.Hour, nil))
+	starvedUntil.Store(starvedClock() - 1)
+	require.False(t, spin(never, starve))
 	assert.Equal(t, 2, yields)
 	assert.Equal(t, uint32(2), starvedLevel.Load())
-	second := time.Duration(starvedUntil.Load() - time.Now().UnixNano())
+	second := time.Duration(starvedUntil.Load() - starvedClock())
 	assert.Greater(t, second, starvedBackoff)
 	assert.LessOrEqual(t, second, 2*starvedBackoff)
 
 	// A starved turn that brought the answer ends the spin with it, starved all the same.
-	starvedUntil.Store(time.Now().UnixNano() - 1)
+	starvedUntil.Store(starvedClock() - 1)
 	answered := false
-	withYield(t, func() { answered = true; time.Sleep(yieldStarved + yieldStarved/2) })
-	start = time.Time{}
-	require.True(t, spinYield(func() bool { return answered }, &start, time.Hour, nil))
+	require.True(t, spin(func() bool { return answered }, func() { answered = true; starve() }))
 	assert.Equal(t, uint32(3), starvedLevel.Load())
 
 	// A spin that is not starved steps the doubling down.
-	starvedUntil.Store(time.Now().UnixNano() - 1)
-	withYield(t, func() {})
+	starvedUntil.Store(starvedClock() - 1)
 	n := 0
-	start = time.Time{}
-	require.True(t, spinYield(func() bool { n++; return n > 40 }, &start, time.Hour, nil))
+	require.True(t, spin(func() bool { n++; return n > 40 }, func() {}))
 	assert.Equal(t, uint32(2), starvedLevel.Load())
 	assert.Zero(t, starvedUntil.Load(), "the first spin after the back-off cleared it")
 }
@@ -698,7 +688,7 @@ func TestStarvedSpinsCap(t *testing.T) {
 		spinStarved()
 	}
 	assert.Equal(t, uint32(starvedLevels), starvedLevel.Load())
-	left := time.Duration(starvedUntil.Load() - time.Now().UnixNano())
+	left := time.Duration(starvedUntil.Load() - starvedClock())
 	assert.LessOrEqual(t, left, starvedBackoff<<(starvedLevels-1))
 	assert.Greater(t, left, starvedBackoff<<(starvedLevels-2))
 }
