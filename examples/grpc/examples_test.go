@@ -165,6 +165,7 @@ var waitKeys = []string{"waits", "spin_hits", "spin_misses", "spin_skips", "fute
 
 type benchReport struct {
 	Rounds     int           `json:"rounds"`
+	Busy       int           `json:"busy"`
 	Transports []string      `json:"transports"`
 	Workloads  []string      `json:"workloads"`
 	Results    []benchResult `json:"results"`
@@ -412,6 +413,41 @@ func TestStacksbench(t *testing.T) {
 
 // TestStacksbenchPin: -pin puts the client on one CPU and every server child on another,
 // and after every round each process finds all its threads where they were put.
+// busyChildren lists the processes running as stacksbench's busy neighbours.
+func busyChildren(t *testing.T) []string {
+	t.Helper()
+	var found []string
+	dirs, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte("\x00-busy-child")) {
+			found = append(found, d.Name())
+		}
+	}
+	return found
+}
+
+// TestStacksbenchBusy: -busy runs neighbour processes beside the measurements, records
+// them in the header and the JSON, and leaves none behind.
+func TestStacksbenchBusy(t *testing.T) {
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		t.Skip("no /proc")
+	}
+	require.Empty(t, busyChildren(t))
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	out := run(t, "stacksbench", "-busy", "2", "-workloads", "grpc-unary-16B", "-transports", "smcloop,tcp",
+		"-duration", "60ms", "-warmup", "20ms", "-rounds", "1", "-json", jsonPath)
+	raw, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep benchReport
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.Empty(t, rep.Errors)
+	assert.Equal(t, 2, rep.Busy)
+	assert.Contains(t, out, "\n  busy       2 neighbour processes, each keeping one thread busy throughout (-busy)\n")
+	assert.Empty(t, busyChildren(t), "neighbours left running")
+}
+
 func TestStacksbenchPin(t *testing.T) {
 	var set unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &set))

@@ -10,6 +10,7 @@
 //	go run ./cmd/stacksbench -json out.json       # the table, and the raw figures as JSON
 //	go run ./cmd/stacksbench -json -              # JSON only, on standard output
 //	go run ./cmd/stacksbench -pin                 # client on one CPU, servers on another
+//	go run ./cmd/stacksbench -busy 1              # beside a busy neighbour process
 //
 // It prints, per workload and transport, the medians over the rounds (transports take
 // turns within each workload), their ratios to TCP, the spread across rounds, CPU per
@@ -56,11 +57,17 @@ func main() {
 		transports = flag.String("transports", strings.Join(allTransports, ","), "transports to compare, comma-separated; smcloop-nospin and smcloop-poll are also known")
 		only       = flag.String("workloads", "", "workloads to run, comma-separated (default all)")
 		jsonOut    = flag.String("json", "", "write the raw figures as JSON to this file; - writes them to standard output instead of the table")
+		busy       = flag.Int("busy", 0, "run this many busy neighbours beside the measurements: processes that each keep one thread busy, as other users' work on a shared host does")
+		busyChild  = flag.Bool("busy-child", false, "run as a busy neighbour (internal)")
 	)
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("stacksbench: ")
 	ignored := unsetSMCEnv()
+	if *busyChild {
+		keepBusy()
+		return
+	}
 	if *serve != "" {
 		if err := serveChild(*serve, *dir, *cpu); err != nil {
 			log.Fatal(err)
@@ -84,8 +91,8 @@ func main() {
 			wls = append(wls, workloads[i])
 		}
 	}
-	if *rounds < 1 || *duration <= 0 || *warmup < 0 {
-		log.Fatal("want -rounds ≥ 1, -duration > 0, -warmup ≥ 0")
+	if *rounds < 1 || *duration <= 0 || *warmup < 0 || *busy < 0 || *busy > 64 {
+		log.Fatal("want -rounds ≥ 1, -duration > 0, -warmup ≥ 0, 0 ≤ -busy ≤ 64")
 	}
 
 	r := &Report{
@@ -97,6 +104,7 @@ func main() {
 		Rounds:     *rounds,
 		Transports: trs,
 		IgnoredEnv: ignored,
+		Busy:       *busy,
 		Errors:     []string{},
 	}
 	for _, w := range wls {
@@ -119,10 +127,18 @@ func main() {
 		r.Pinning = &Pinning{ClientCPU: cpus[0], ServerCPU: cpus[1]}
 		allowedCPUs = 2
 	}
+	// After the wake-up probe, which is the machine's own.
+	neighbours, err := startBusy(*busy)
+	if err != nil {
+		log.Fatal(err)
+	}
 	for round := range *rounds {
 		if err := runRound(r, wls, round, *warmup, *duration); err != nil {
 			r.Errors = append(r.Errors, fmt.Sprintf("round %d: %v", round+1, err))
 		}
+	}
+	for _, n := range neighbours {
+		n.Close()
 	}
 	ps := smcloop.ProcessStatistics()
 	r.ClientProcess = handshakes{SMC: ps.ClientSMC, Fallback: ps.ClientFallback, Errors: ps.ClientHandshakeErr, Reasons: reasonNames(ps.ClientReasons)}

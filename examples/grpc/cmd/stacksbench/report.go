@@ -90,6 +90,8 @@ type Report struct {
 	IgnoredEnv []string `json:"ignored_env,omitempty"`
 	// Pinning is nil unless -pin was given.
 	Pinning *Pinning `json:"pinning,omitempty"`
+	// Busy is the number of busy neighbours that ran beside the measurements (-busy).
+	Busy int `json:"busy,omitempty"`
 	// Wakeups is where the scheduler runs a thread another wakes while it keeps its CPU
 	// busy, measured before any pinning (internal/wakeprobe).
 	Wakeups wakeprobe.Result `json:"wakeups"`
@@ -295,6 +297,9 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 			pn.ClientThreads, pn.ServerThreads, pn.ClientGOMAXPROCS, pn.ServerGOMAXPROCS)
 	} else {
 		fmt.Fprintf(out, "  pinning    none: the scheduler places client and server\n")
+	}
+	if r.Busy > 0 {
+		fmt.Fprintf(out, "  busy       %d neighbour processes, each keeping one thread busy throughout (-busy)\n", r.Busy)
 	}
 	fmt.Fprintf(out, "  wake-ups   of a thread that another wakes and then keeps its CPU busy (two threads, unpinned):\n")
 	fmt.Fprintf(out, "             %s\n", r.Wakeups)
