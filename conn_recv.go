@@ -221,6 +221,24 @@ func (c *Conn) confirm(pf cdc.ProdFlags, draining bool) {
 	c.ctl.mu.Unlock()
 }
 
+// publishConsumed publishes, before a Write (or Reserve) waits for room, what this side
+// consumed and has not published: the peer's writer may be waiting on it, and while this
+// side's reader is not running (the goroutine that waits here is often the one that read,
+// an echo server's) nothing else would publish it. Both sides would then wait on each
+// other's ring until a deadline: an echo server that has read a few bytes, below the
+// window update's limits (confirm), writes into a client's full ring while the client,
+// which reads only once its own write is done, waits for exactly those bytes. A reader
+// that holds rx.mu now publishes itself before it sleeps (waitFor).
+func (c *Conn) publishConsumed() {
+	if !c.rx.mu.TryLock() {
+		return
+	}
+	defer c.rx.mu.Unlock()
+	if c.rx.confirmed != c.rx.cons {
+		c.confirm(c.backend.PeerCons().ProdFlags, true)
+	}
+}
+
 // rxReady is the reader's wake-up condition, cheap enough to spin on: new bytes, the
 // connection's end, or a sender that waits on a window we have not published (receive
 // then publishes it). rx.mu is held.
@@ -268,6 +286,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 	sp, ws := &c.rx.spin, &c.rx.waits
 	if d == datapath.Writer {
 		sp, ws = &c.tx.spin, &c.tx.waits
+		c.publishConsumed()
 	}
 	ws.waits.Add(1)
 	// When the wait began: read from the clock at the spin's first look at it, so that a
