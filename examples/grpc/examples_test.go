@@ -192,15 +192,22 @@ type benchReport struct {
 	} `json:"pinning"`
 }
 
-func TestStacksbench(t *testing.T) {
+// runStacksbench runs stacksbench with args and -json, and returns its table and the
+// report it wrote, which must record no errors.
+func runStacksbench(t *testing.T, args ...string) (string, benchReport) {
+	t.Helper()
 	jsonPath := filepath.Join(t.TempDir(), "out.json")
-	out := run(t, "stacksbench", "-duration", "60ms", "-warmup", "20ms", "-rounds", "2", "-json", jsonPath)
-
+	out := run(t, "stacksbench", append(args, "-json", jsonPath)...)
 	raw, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
 	var rep benchReport
 	require.NoError(t, json.Unmarshal(raw, &rep))
 	require.Empty(t, rep.Errors)
+	return out, rep
+}
+
+func TestStacksbench(t *testing.T) {
+	out, rep := runStacksbench(t, "-duration", "60ms", "-warmup", "20ms", "-rounds", "2")
 	assert.Equal(t, 2, rep.Rounds)
 	transports := []string{"smcloop", "tcp", "unix"}
 	assert.Equal(t, transports, rep.Transports)
@@ -435,14 +442,8 @@ func TestStacksbenchBusy(t *testing.T) {
 		t.Skip("no /proc")
 	}
 	require.Empty(t, busyChildren(t))
-	jsonPath := filepath.Join(t.TempDir(), "out.json")
-	out := run(t, "stacksbench", "-busy", "2", "-workloads", "grpc-unary-16B", "-transports", "smcloop,tcp",
-		"-duration", "60ms", "-warmup", "20ms", "-rounds", "1", "-json", jsonPath)
-	raw, err := os.ReadFile(jsonPath)
-	require.NoError(t, err)
-	var rep benchReport
-	require.NoError(t, json.Unmarshal(raw, &rep))
-	require.Empty(t, rep.Errors)
+	out, rep := runStacksbench(t, "-busy", "2", "-workloads", "grpc-unary-16B", "-transports", "smcloop,tcp",
+		"-duration", "60ms", "-warmup", "20ms", "-rounds", "1")
 	assert.Equal(t, 2, rep.Busy)
 	assert.Contains(t, out, "\n  busy       2 neighbour processes, each keeping one thread busy throughout (-busy)\n")
 	assert.Empty(t, busyChildren(t), "neighbours left running")
@@ -454,16 +455,10 @@ func TestStacksbenchPin(t *testing.T) {
 	if set.Count() < 2 {
 		t.Skipf("-pin needs two CPUs, this test may run on %d", set.Count())
 	}
-	jsonPath := filepath.Join(t.TempDir(), "out.json")
 	// The 1 MiB GET measures its memory bound on both CPUs, whose threads must come back
 	// with the client's mask.
-	out := run(t, "stacksbench", "-pin", "-workloads", "grpc-unary-16B,http-get-1MiB-1conn", "-transports", "smcloop,tcp",
-		"-duration", "60ms", "-warmup", "20ms", "-rounds", "2", "-json", jsonPath)
-	raw, err := os.ReadFile(jsonPath)
-	require.NoError(t, err)
-	var rep benchReport
-	require.NoError(t, json.Unmarshal(raw, &rep))
-	require.Empty(t, rep.Errors)
+	out, rep := runStacksbench(t, "-pin", "-workloads", "grpc-unary-16B,http-get-1MiB-1conn", "-transports", "smcloop,tcp",
+		"-duration", "60ms", "-warmup", "20ms", "-rounds", "2")
 	pn := rep.Pinning
 	require.NotNil(t, pn, "no pinning in the JSON")
 	var cpus []int

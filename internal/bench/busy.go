@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
-
-	"github.com/smcloop/smcloop/internal/cpupin"
 )
 
 // maxBusy bounds Config.Busy.
@@ -18,12 +16,7 @@ var busyArgs = []string{"--busy", "--lifeline"}
 // busyChild is the life of a busy neighbour (a server child with --busy): it announces
 // itself as a server does ("LISTEN busy") and keeps one thread busy until its stdin, the
 // lifeline, reaches EOF.
-func busyChild(sa ServerArgs, stdin io.Reader, stdout io.Writer) error {
-	if sa.CPU >= 0 {
-		if _, err := cpupin.Process(sa.CPU); err != nil {
-			return fmt.Errorf("bench busy neighbour: %w", err)
-		}
-	}
+func busyChild(stdin io.Reader, stdout io.Writer) error {
 	var stop atomic.Bool
 	go func() {
 		io.Copy(io.Discard, stdin)

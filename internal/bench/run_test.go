@@ -274,6 +274,7 @@ func TestParseServerArgs(t *testing.T) {
 		{"--busy"},
 		{"--busy", "--lifeline", "--transport", "tcp"},
 		{"--busy", "--lifeline", "--conns"},
+		{"--busy", "--lifeline", "--cpu", "1"},
 	} {
 		_, err := ParseServerArgs(args)
 		assert.Error(t, err, "%q", args)

@@ -63,7 +63,7 @@ func ServeChild(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 		return err
 	}
 	if sa.Busy {
-		return busyChild(sa, stdin, stdout)
+		return busyChild(stdin, stdout)
 	}
 	tr, _ := Lookup(sa.Transport) // ParseServerArgs found it
 	if sa.CPU >= 0 {
@@ -186,8 +186,8 @@ func ParseServerArgs(args []string) (ServerArgs, error) {
 		return ServerArgs{}, errors.New("bench server: --conns and --http exclude each other")
 	}
 	if sa.Busy {
-		if sa.Transport != "" || sa.Conns || sa.HTTP != "" || sa.ListenIP != "" || !sa.Lifeline {
-			return ServerArgs{}, errors.New("bench server: --busy takes --lifeline and --cpu only")
+		if sa.Transport != "" || sa.CPU >= 0 || sa.Conns || sa.HTTP != "" || sa.ListenIP != "" || !sa.Lifeline {
+			return ServerArgs{}, errors.New("bench server: --busy takes --lifeline only")
 		}
 		return sa, nil
 	}
