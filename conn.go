@@ -165,8 +165,8 @@ func (c *Conn) txPending() bool {
 type connTestHooks struct {
 	monitorOnly bool // watch the liveness channel with a monitor goroutine, not the watcher
 	slideLimit  int  // if > 0, replaces slideLimit
-	// wakeCost, if > 0, replaces the process's measured wake-up cost (datapath.WakeCost)
-	// in the long spin's rule.
+	// wakeCost, if not 0, replaces the process's measured wake-up cost (datapath.WakeCost)
+	// in the spin's rules; below 0 it stands for none measured yet.
 	wakeCost time.Duration
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,7 +388,7 @@ func TestSpinnerAnswered(t *testing.T) {
 }
 
 // TestLongSpinRule: spinsLong holds for a wait whose answers came quickly and small,
-// where a wake-up costs more than a quarter of yieldSpin, while no other wait of the
+// where wake-ups are not cheap (cheapWake), while no other wait of the
 // process is busy, in a process with two Ps or more; waitFor asks it only for a dialed connection's reader
 // (TestDialedReaderSpinsLong).
 func TestLongSpinRule(t *testing.T) {
@@ -406,8 +407,9 @@ func TestLongSpinRule(t *testing.T) {
 	assert.True(t, long(time.Millisecond, quickShare), "at the share")
 	assert.Equal(t, longSpinMax, client.longSpinBudget(), "at most longSpinMax")
 	assert.False(t, long(40*time.Microsecond, quickShare-1), "below the share")
-	assert.False(t, long(yieldSpin/4, 256), "wake-ups that cost a quarter of yieldSpin")
-	assert.True(t, long(yieldSpin/4+time.Nanosecond, 256), "a little more")
+	assert.False(t, long(cheapWake-time.Nanosecond, 256), "cheap wake-ups")
+	assert.True(t, long(cheapWake, 256), "at cheapWake")
+	assert.False(t, long(-1, 256), "no wake-up measured yet")
 	runtime.GOMAXPROCS(1)
 	assert.False(t, long(40*time.Microsecond, 256), "a process with one P")
 	runtime.GOMAXPROCS(2)
@@ -691,4 +693,76 @@ func TestStarvedSpinsCap(t *testing.T) {
 	left := time.Duration(starvedUntil.Load() - starvedClock())
 	assert.LessOrEqual(t, left, starvedBackoff<<(starvedLevels-1))
 	assert.Greater(t, left, starvedBackoff<<(starvedLevels-2))
+}
+
+// TestCheapWakeSpins: where the process's wake-ups are cheap (cheapWake), a wait spins
+// only when no other goroutine of the process runs, and never long, even for a dialed
+// reader whose answers came quickly; where they are not, a busy goroutine beside it
+// changes nothing. With a wake-up of 10 µs the code before it spun at once beside a busy
+// goroutine (a miss of yieldSpin) and spun long for quick answers (a 40 µs budget).
+func TestCheapWakeSpins(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	client, _ := pipe(t, Config{}, Config{})
+
+	for _, tc := range []struct {
+		wake  time.Duration
+		cheap bool
+	}{
+		{-1, false}, // none measured yet
+		{5 * time.Microsecond, true},
+		{cheapWake - time.Nanosecond, true},
+		{cheapWake, false},
+		{40 * time.Microsecond, false},
+	} {
+		client.testHooks = &connTestHooks{wakeCost: tc.wake}
+		assert.Equal(t, tc.cheap, client.wakesCheap(), "wake-up %v", tc.wake)
+	}
+
+	// A goroutine of the process keeps running beside the waits (processIdle says no).
+	var running, stop atomic.Bool
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		running.Store(true)
+		for !stop.Load() {
+		}
+	}()
+	defer func() { stop.Store(true); <-busy }()
+	for !running.Load() {
+		runtime.Gosched()
+	}
+	wait := func(wake time.Duration, sp spinner) WaitStats {
+		t.Helper()
+		resetStarved(t)
+		client.testHooks = &connTestHooks{wakeCost: wake}
+		client.rx.mu.Lock()
+		client.rx.spin = sp
+		othersWaiting(&client.rx.spin)
+		client.rx.spin.spinMark = spinsBegun()
+		client.rx.mu.Unlock()
+		before := client.Stats().ReadWaits
+		require.NoError(t, client.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+		_, err := client.Read(make([]byte, 1))
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		w := client.Stats().ReadWaits
+		return WaitStats{Waits: w.Waits - before.Waits, SpinHits: w.SpinHits - before.SpinHits,
+			SpinMisses: w.SpinMisses - before.SpinMisses, SpinSkips: w.SpinSkips - before.SpinSkips,
+			LongSpins: w.LongSpins - before.LongSpins}
+	}
+	// A Read may wait twice: the doorbell's deadline can fire just before the deadline's own
+	// flag is set, and the wait then returns for the Read to look again; the second wait
+	// finds the deadline passed. So each case is judged by what its waits did at all.
+	spins := spinner{seeded: true}                                 // its spins pay
+	quick := spinner{seeded: true, misses: 3, skip: 7, quick: 256} // backed off; answers were quick
+	w := wait(10*time.Microsecond, spins)
+	assert.Positive(t, w.Waits)
+	assert.Equal(t, w.Waits, w.SpinSkips, "cheap, beside a busy goroutine: no spin")
+	w = wait(10*time.Microsecond, quick)
+	assert.Positive(t, w.Waits)
+	assert.Equal(t, w.Waits, w.SpinSkips, "cheap, quick answers: no long spin")
+	assert.Zero(t, w.LongSpins, "cheap, quick answers: no long spin")
+	w = wait(40*time.Microsecond, spins)
+	assert.Positive(t, w.SpinMisses, "dear, beside a busy goroutine: the spin")
+	w = wait(40*time.Microsecond, quick)
+	assert.Positive(t, w.LongSpins, "dear, quick answers: the long spin")
 }
