@@ -126,6 +126,19 @@ func waitAsleep(t *testing.T, c *Conn) {
 	}
 }
 
+// waitReaderAsleep waits until c's reader has announced a sleep (on the doorbell or the
+// wake word) and not withdrawn it: a reader that got so far has published what it
+// consumed (waitFor). waitAsleep, which counts doorbell sleeps, returns at once on a
+// connection that slept before.
+func waitReaderAsleep(t *testing.T, c *Conn) {
+	t.Helper()
+	for end := time.Now().Add(watchdog); !c.backend.Sleeping(datapath.Reader); runtime.Gosched() {
+		if time.Now().After(end) {
+			t.Fatal("the reader never went to sleep")
+		}
+	}
+}
+
 // stallingLink is a link whose Violation waits until release is closed, as terminating
 // a link group waits for a peer device that never answers the SHUTDOWN event.
 type stallingLink struct {

@@ -121,7 +121,7 @@ func TestElasticGrowsWithBulkAndShrinksWhenIdle(t *testing.T) {
 	// Idle: the sweeper looks idleTicks times before it shrinks. The peer's reader is
 	// blocked on its empty ring meanwhile.
 	rd := goRead(b)
-	waitAsleep(t, b)
+	waitReaderAsleep(t, b) // and so has published what it read: a sees an empty ring
 	require.False(t, a.sweepIdle(false), "the first look only notes the byte count")
 	for i := 1; i < idleTicks; i++ {
 		require.False(t, a.sweepIdle(false), "look %d", i+1)
