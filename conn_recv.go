@@ -467,7 +467,7 @@ const yieldSpin = 30 * time.Microsecond
 // beside other users' busy threads (7–10 µs on a 2-vCPU VM beside one, against 25–45 µs
 // idle); there the CPU a spin holds is one that the peer, or the process's own goroutines
 // on an RPC's path, need. gRPC unary calls beside one busy thread took 1.18x–1.38x TCP's
-// p50 with the spin, and 0.75x–0.87x with this rule (docs/HISTORY.md, "Cheap wake-ups").
+// p50 with the spin, and 0.75x–0.89x with this rule (docs/HISTORY.md, "Cheap wake-ups").
 const cheapWake = yieldSpin / 2
 
 // wakesCheap reports whether the process's measured wake-ups cost less than cheapWake;
