@@ -166,8 +166,11 @@ type connTestHooks struct {
 	monitorOnly bool // watch the liveness channel with a monitor goroutine, not the watcher
 	slideLimit  int  // if > 0, replaces slideLimit
 	// wakeCost, if not 0, replaces the process's measured wake-up cost (datapath.WakeCost)
-	// in the spin's rules; below 0 it stands for none measured yet.
+	// in the long spin's rule; below 0 it stands for none measured yet.
 	wakeCost time.Duration
+	// cheapWakes, if not 0, replaces the process's measure of whether its wake-ups are
+	// cheap (wakesCheap): > 0 cheap, < 0 not.
+	cheapWakes int8
 }
 
 // flusherState is the autocork flusher's: while it exists, the writer's doorbell has one

@@ -326,7 +326,7 @@ func (c *Conn) waitFor(d datapath.Dir, ready func() bool, dl *deadline) error {
 		// for it.
 		short := c.spinFor(sp)
 		// Where wake-ups are cheap, a spin saves little and a busy process's goroutines
-		// need the CPU more: it spins only when nothing else of it runs (cheapWake).
+		// need the CPU more: it spins only when nothing else of it runs (wakesCheap).
 		if short && c.wakesCheap() {
 			short = processIdle()
 		}
@@ -460,21 +460,28 @@ func (c *Conn) shortSleep(dir datapath.Dir, ready func() bool, dl *deadline, ws 
 // machine, so that a peer answering within a wake-up's time is caught without one.
 const yieldSpin = 30 * time.Microsecond
 
-// cheapWake is the wake-up cost below which a spin buys little: half of yieldSpin. A spin
-// saves one wake-up. Where the process's measured wake-up (datapath.WakeCost) costs less,
-// a default spin runs only when no other goroutine of the process runs or waits to run
-// (processIdle), and no wait spins long. Wake-ups are that cheap where no vCPU halts, as
-// beside other users' busy threads (7–10 µs on a 2-vCPU VM beside one, against 25–45 µs
-// idle); there the CPU a spin holds is one that the peer, or the process's own goroutines
-// on an RPC's path, need. gRPC unary calls beside one busy thread took 1.18x–1.38x TCP's
-// p50 with the spin, and 0.75x–0.89x with this rule (docs/HISTORY.md, "Cheap wake-ups").
-const cheapWake = yieldSpin / 2
+// Cheap wake-ups: a spin saves one wake-up. Where fewer than a quarter of the process's
+// recent wake-ups took as long as the default spin (datapath.SlowWake: a halted vCPU's
+// wake-up, which a VM's host has to run again), a default spin runs only when no other
+// goroutine of the process runs or waits to run (processIdle), and no wait spins long.
+// Wake-ups are that cheap where no vCPU halts, as beside other users' busy threads (on a
+// 2-vCPU VM under one in twenty of a gRPC client's wake-ups took 32 µs or more beside one,
+// three quarters idle); there the CPU a spin holds is one that the peer, or the process's
+// own goroutines on an RPC's path, need. gRPC unary calls beside one busy thread took
+// 1.18x–1.38x TCP's p50 with the spin, and 0.75x–0.89x with this rule (docs/HISTORY.md,
+// "Cheap wake-ups"). The rule waits for cheapSamples wake-ups before it applies.
+const (
+	cheapSlowShare = 256 / 4
+	cheapSamples   = 16
+)
 
-// wakesCheap reports whether the process's measured wake-ups cost less than cheapWake;
-// false while none was measured.
+// wakesCheap reports whether the process's recent wake-ups were cheap: fewer than
+// cheapSlowShare of them slow, over cheapSamples or more (or what a test set).
 func (c *Conn) wakesCheap() bool {
-	wc := c.wakeCost()
-	return wc > 0 && wc < cheapWake
+	if c.testHooks != nil && c.testHooks.cheapWakes != 0 {
+		return c.testHooks.cheapWakes > 0
+	}
+	return datapath.WakeSamples() >= cheapSamples && datapath.SlowWakeShare() < cheapSlowShare
 }
 
 // spinner adapts the default spin of one direction: after a spin that ended in a sleep
@@ -558,7 +565,8 @@ func (s *spinner) foundAfterWait(n int) {
 // the default spin would not run or has run out, so an answer that one catches pays nothing
 // for it. Where a wake-up costs tens of microseconds, as a halted vCPU's does in a VM, the
 // spin catches an RPC's reply that yieldSpin would sleep through and takes a wake-up off
-// every call's path; where wake-ups are cheap (cheapWake), the rule never applies. A spin
+// every call's path; where wake-ups are cheap (wakesCheap) or cost under a quarter of
+// yieldSpin, the rule never applies. A spin
 // that catches its answer costs the answer's time, at most longSpinWakes wake-ups: the
 // latency it saves is one. An accepted connection's reader
 // waits for requests, whose arrival its clients decide, and keeps the default
@@ -612,15 +620,15 @@ func (c *Conn) spinFor(sp *spinner) bool {
 }
 
 // spinsLong reports whether a dialed reader's wait with spinner sp spins for the long
-// spin's budget: wake-ups are not cheap (cheapWake), its recent answers were quick and
-// small, and no other wait of the process is busy: none began a spin since the
+// spin's budget: wake-ups are not cheap (wakesCheap) and cost more than a quarter of
+// yieldSpin, its recent answers were quick and small, and no other wait of the process is busy: none began a spin since the
 // direction's last wait ended, and othersWaiting says none else is. spun says the wait
 // has spun its default spin. A process with one P never spins long: there the spinner
 // holds the only P, its other connections' goroutines run only between its checks and
 // their waits rarely show, and 8 net/http connections lost a sixth of their requests per
 // second to it (docs/HISTORY.md).
 func (c *Conn) spinsLong(sp *spinner, spun bool) bool {
-	if c.wakeCost() < cheapWake || sp.quick < quickShare || sp.found >= bulkWait || runtime.GOMAXPROCS(0) < 2 {
+	if c.wakesCheap() || c.longSpinBudget() <= yieldSpin || sp.quick < quickShare || sp.found >= bulkWait || runtime.GOMAXPROCS(0) < 2 {
 		return false
 	}
 	// Any spin another wait began since this direction's last wait ended (besides the

@@ -324,7 +324,7 @@ func processCounters() introspect.Stats {
 		s.Fallbacks = append(s.Fallbacks, *r)
 	}
 	sort.Slice(s.Fallbacks, func(i, j int) bool { return s.Fallbacks[i].Code < s.Fallbacks[j].Code })
-	s.WakeCostNs, s.WakeSamples = int64(ps.WakeCost), ps.WakeSamples
+	s.WakeCostNs, s.WakeSamples, s.SlowWakes = int64(ps.WakeCost), ps.WakeSamples, ps.SlowWakes
 	s.StarvedSpins = ps.StarvedSpins
 	b := ps.Buffers
 	s.RMBAlloc, s.RMBReuse, s.RMBDowngrade, s.PeerAttach, s.PeerReuse = b.RMBAlloc, b.RMBReuse, b.RMBDowngrade, b.PeerAttach, b.PeerReuse

@@ -388,7 +388,7 @@ func TestSpinnerAnswered(t *testing.T) {
 }
 
 // TestLongSpinRule: spinsLong holds for a wait whose answers came quickly and small,
-// where wake-ups are not cheap (cheapWake), while no other wait of the
+// where wake-ups cost more than a quarter of yieldSpin and are not cheap (wakesCheap), while no other wait of the
 // process is busy, in a process with two Ps or more; waitFor asks it only for a dialed connection's reader
 // (TestDialedReaderSpinsLong).
 func TestLongSpinRule(t *testing.T) {
@@ -396,7 +396,7 @@ func TestLongSpinRule(t *testing.T) {
 	client, server := pipe(t, Config{}, Config{})
 	sp := &client.rx.spin
 	long := func(wake time.Duration, quick uint32) bool {
-		client.testHooks = &connTestHooks{wakeCost: wake}
+		client.testHooks = &connTestHooks{wakeCost: wake, cheapWakes: -1}
 		sp.quick = quick
 		othersWaiting(sp) // what other waits did before now is not this wait's business
 		sp.spinMark = spinsBegun()
@@ -407,9 +407,12 @@ func TestLongSpinRule(t *testing.T) {
 	assert.True(t, long(time.Millisecond, quickShare), "at the share")
 	assert.Equal(t, longSpinMax, client.longSpinBudget(), "at most longSpinMax")
 	assert.False(t, long(40*time.Microsecond, quickShare-1), "below the share")
-	assert.False(t, long(cheapWake-time.Nanosecond, 256), "cheap wake-ups")
-	assert.True(t, long(cheapWake, 256), "at cheapWake")
+	assert.False(t, long(yieldSpin/4, 256), "wake-ups that cost a quarter of yieldSpin")
+	assert.True(t, long(yieldSpin/4+time.Nanosecond, 256), "a little more")
 	assert.False(t, long(-1, 256), "no wake-up measured yet")
+	long(40*time.Microsecond, 256)
+	client.testHooks.cheapWakes = 1
+	assert.False(t, client.spinsLong(sp, false), "cheap wake-ups (wakesCheap)")
 	runtime.GOMAXPROCS(1)
 	assert.False(t, long(40*time.Microsecond, 256), "a process with one P")
 	runtime.GOMAXPROCS(2)
@@ -695,28 +698,14 @@ func TestStarvedSpinsCap(t *testing.T) {
 	assert.Greater(t, left, starvedBackoff<<(starvedLevels-2))
 }
 
-// TestCheapWakeSpins: where the process's wake-ups are cheap (cheapWake), a wait spins
-// only when no other goroutine of the process runs, and never long, even for a dialed
-// reader whose answers came quickly; where they are not, a busy goroutine beside it
-// changes nothing. With a wake-up of 10 µs the code before it spun at once beside a busy
-// goroutine (a miss of yieldSpin) and spun long for quick answers (a 40 µs budget).
+// TestCheapWakeSpins: where the process's wake-ups are cheap (wakesCheap: few of them
+// slow, datapath.SlowWake), a wait spins only when no other goroutine of the process runs,
+// and never long, even for a dialed reader whose answers came quickly; where they are not,
+// a busy goroutine beside it changes nothing. The code before it spun at once beside a busy
+// goroutine (a miss of yieldSpin) and spun long for quick answers.
 func TestCheapWakeSpins(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	client, _ := pipe(t, Config{}, Config{})
-
-	for _, tc := range []struct {
-		wake  time.Duration
-		cheap bool
-	}{
-		{-1, false}, // none measured yet
-		{5 * time.Microsecond, true},
-		{cheapWake - time.Nanosecond, true},
-		{cheapWake, false},
-		{40 * time.Microsecond, false},
-	} {
-		client.testHooks = &connTestHooks{wakeCost: tc.wake}
-		assert.Equal(t, tc.cheap, client.wakesCheap(), "wake-up %v", tc.wake)
-	}
 
 	// A goroutine of the process keeps running beside the waits (processIdle says no).
 	var running, stop atomic.Bool
@@ -731,10 +720,10 @@ func TestCheapWakeSpins(t *testing.T) {
 	for !running.Load() {
 		runtime.Gosched()
 	}
-	wait := func(wake time.Duration, sp spinner) WaitStats {
+	wait := func(cheap int8, sp spinner) WaitStats {
 		t.Helper()
 		resetStarved(t)
-		client.testHooks = &connTestHooks{wakeCost: wake}
+		client.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond, cheapWakes: cheap}
 		client.rx.mu.Lock()
 		client.rx.spin = sp
 		othersWaiting(&client.rx.spin)
@@ -754,15 +743,15 @@ func TestCheapWakeSpins(t *testing.T) {
 	// finds the deadline passed. So each case is judged by what its waits did at all.
 	spins := spinner{seeded: true}                                 // its spins pay
 	quick := spinner{seeded: true, misses: 3, skip: 7, quick: 256} // backed off; answers were quick
-	w := wait(10*time.Microsecond, spins)
+	w := wait(1, spins)
 	assert.Positive(t, w.Waits)
 	assert.Equal(t, w.Waits, w.SpinSkips, "cheap, beside a busy goroutine: no spin")
-	w = wait(10*time.Microsecond, quick)
+	w = wait(1, quick)
 	assert.Positive(t, w.Waits)
 	assert.Equal(t, w.Waits, w.SpinSkips, "cheap, quick answers: no long spin")
 	assert.Zero(t, w.LongSpins, "cheap, quick answers: no long spin")
-	w = wait(40*time.Microsecond, spins)
+	w = wait(-1, spins)
 	assert.Positive(t, w.SpinMisses, "dear, beside a busy goroutine: the spin")
-	w = wait(40*time.Microsecond, quick)
+	w = wait(-1, quick)
 	assert.Positive(t, w.LongSpins, "dear, quick answers: the long spin")
 }

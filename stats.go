@@ -146,6 +146,10 @@ type Statistics struct {
 	// (docs/TUNING.md, BusyPoll).
 	WakeCost    time.Duration
 	WakeSamples uint64
+	// SlowWakes is the share of recent wake-ups (0 to 1, each weighing 1/16) that took 30 µs
+	// or more, as a halted vCPU's does. Under a quarter, wake-ups count as cheap and a
+	// process with other goroutines running does not spin (docs/TUNING.md, BusyPoll).
+	SlowWakes float64
 	// StarvedSpins counts the spins that ended because one of their sched_yields kept
 	// the thread from its CPU for a millisecond or more (other threads busy on every
 	// CPU): each stops the process's waits spinning for a back-off of 50 ms to 800 ms
@@ -244,6 +248,7 @@ func ProcessStatistics() Statistics {
 		ClientReasons: procStats.reasons[sideClient].snapshot(), ServerReasons: procStats.reasons[sideServer].snapshot(),
 		Buffers:  smcdProcessBuffers(),
 		WakeCost: datapath.WakeCost(), WakeSamples: datapath.WakeSamples(),
+		SlowWakes:    float64(datapath.SlowWakeShare()) / 256,
 		StarvedSpins: starvedSpins.Load(),
 	}
 }

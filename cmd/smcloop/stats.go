@@ -179,7 +179,7 @@ func printStats(w io.Writer, rep *statsReport) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	line("Doorbell sleeps", h.DoorbellSleeps, "")
 	line("Futex sleeps", h.FutexSleeps, fmt.Sprintf("peers' woken %d", h.FutexWakes))
-	line("Wake-up cost", wakeCost(h), fmt.Sprintf("over %d wake-ups", h.WakeSamples))
+	line("Wake-up cost", wakeCost(h), fmt.Sprintf("over %d wake-ups; %.0f%% of recent ones slow (30 µs or more)", h.WakeSamples, 100*h.SlowWakes))
 	line("Starved spins", h.StarvedSpins, "a sched_yield lost the CPU 1 ms or more: spins off for a back-off")
 	tw.Flush()
 	fmt.Fprintln(w)

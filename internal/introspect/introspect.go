@@ -276,6 +276,9 @@ type Stats struct {
 	// weighted by WakeSamples.
 	WakeCostNs  int64  `json:"wake_cost_ns"`
 	WakeSamples uint64 `json:"wake_samples"`
+	// SlowWakes is the share of recent wake-ups that were slow (smcloop.Statistics.SlowWakes;
+	// a reset leaves it as it is); summed over processes, weighted as WakeCostNs.
+	SlowWakes float64 `json:"slow_wakes"`
 	// StarvedSpins counts the spins a starved sched_yield ended (smcloop.Statistics).
 	StarvedSpins uint64 `json:"starved_spins"`
 }
@@ -330,11 +333,12 @@ func (s *Stats) counters() []*uint64 {
 	return c
 }
 
-// Add adds o's counters, connections and listeners to s; the wake-up cost becomes the
-// average of both, weighted by their wake-ups.
+// Add adds o's counters, connections and listeners to s; the wake-up cost and the share
+// of slow wake-ups become the averages of both, weighted by their wake-ups.
 func (s *Stats) Add(o *Stats) {
 	if n := s.WakeSamples + o.WakeSamples; n > 0 {
 		s.WakeCostNs = int64((float64(s.WakeCostNs)*float64(s.WakeSamples) + float64(o.WakeCostNs)*float64(o.WakeSamples)) / float64(n))
+		s.SlowWakes = (s.SlowWakes*float64(s.WakeSamples) + o.SlowWakes*float64(o.WakeSamples)) / float64(n)
 	}
 	dst, src := s.counters(), o.counters()
 	for i := range dst {

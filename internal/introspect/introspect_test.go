@@ -57,28 +57,28 @@ func TestStatsAddSub(t *testing.T) {
 }
 
 // TestStatsWaitsAndWakeCost: the wait counters add and subtract as the others; the
-// wake-up cost, a moving average, adds as an average weighted by wake-ups and stays
-// through a subtraction.
+// wake-up cost and the share of slow wake-ups, moving averages, add as averages weighted
+// by wake-ups and stay through a subtraction.
 func TestStatsWaitsAndWakeCost(t *testing.T) {
 	a := Stats{ReadWaits: Waits{Waits: 4, SpinHits: 3, LongSpins: 1}, WriteWaits: Waits{Waits: 2, RecheckHits: 2},
-		DoorbellSleeps: 1, FutexSleeps: 2, FutexWakes: 3, WakeCostNs: 40_000, WakeSamples: 3}
+		DoorbellSleeps: 1, FutexSleeps: 2, FutexWakes: 3, WakeCostNs: 40_000, WakeSamples: 3, SlowWakes: 0.75}
 	a.Add(&Stats{ReadWaits: Waits{Waits: 1, FutexHits: 1, FutexMisses: 2, Deadlines: 5}, WriteWaits: Waits{SpinMisses: 7, SpinSkips: 8},
-		WakeCostNs: 8_000, WakeSamples: 1})
+		WakeCostNs: 8_000, WakeSamples: 1, SlowWakes: 0.25})
 	want := Stats{
 		ReadWaits:      Waits{Waits: 5, SpinHits: 3, LongSpins: 1, FutexHits: 1, FutexMisses: 2, Deadlines: 5},
 		WriteWaits:     Waits{Waits: 2, RecheckHits: 2, SpinMisses: 7, SpinSkips: 8},
-		DoorbellSleeps: 1, FutexSleeps: 2, FutexWakes: 3, WakeCostNs: 32_000, WakeSamples: 4,
+		DoorbellSleeps: 1, FutexSleeps: 2, FutexWakes: 3, WakeCostNs: 32_000, WakeSamples: 4, SlowWakes: 0.625,
 		Fallbacks: []Reason{},
 	}
 	assert.Equal(t, want, a)
-	a.Add(&Stats{WakeCostNs: 1_000_000}) // a process that measured none: no weight
+	a.Add(&Stats{WakeCostNs: 1_000_000, SlowWakes: 1}) // a process that measured none: no weight
 	assert.Equal(t, want, a)
 
-	a.Sub(&Stats{ReadWaits: Waits{Waits: 5, SpinHits: 9}, WriteWaits: Waits{SpinSkips: 1}, FutexWakes: 1, WakeCostNs: 1, WakeSamples: 4})
+	a.Sub(&Stats{ReadWaits: Waits{Waits: 5, SpinHits: 9}, WriteWaits: Waits{SpinSkips: 1}, FutexWakes: 1, WakeCostNs: 1, WakeSamples: 4, SlowWakes: 1})
 	assert.Equal(t, Stats{
 		ReadWaits:      Waits{LongSpins: 1, FutexHits: 1, FutexMisses: 2, Deadlines: 5},
 		WriteWaits:     Waits{Waits: 2, RecheckHits: 2, SpinMisses: 7, SpinSkips: 7},
-		DoorbellSleeps: 1, FutexSleeps: 2, FutexWakes: 2, WakeCostNs: 32_000, Fallbacks: []Reason{},
+		DoorbellSleeps: 1, FutexSleeps: 2, FutexWakes: 2, WakeCostNs: 32_000, SlowWakes: 0.625, Fallbacks: []Reason{},
 	}, a)
 }
 
