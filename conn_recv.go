@@ -468,7 +468,7 @@ const yieldSpin = 30 * time.Microsecond
 // 2-vCPU VM under one in twenty of a gRPC client's wake-ups took 32 µs or more beside one,
 // three quarters idle); there the CPU a spin holds is one that the peer, or the process's
 // own goroutines on an RPC's path, need. gRPC unary calls beside one busy thread took
-// 1.18x–1.38x TCP's p50 with the spin, and 0.75x–0.89x with this rule (docs/HISTORY.md,
+// 1.18x–1.38x TCP's p50 with the spin, and 0.75x–0.98x with this rule (docs/HISTORY.md,
 // "Cheap wake-ups"). The rule waits for cheapSamples wake-ups before it applies.
 const (
 	cheapSlowShare = 256 / 4
