@@ -566,11 +566,10 @@ func (s *spinner) foundAfterWait(n int) {
 // for it. Where a wake-up costs tens of microseconds, as a halted vCPU's does in a VM, the
 // spin catches an RPC's reply that yieldSpin would sleep through and takes a wake-up off
 // every call's path; where wake-ups are cheap (wakesCheap) or cost under a quarter of
-// yieldSpin, the rule never applies. A spin
-// that catches its answer costs the answer's time, at most longSpinWakes wake-ups: the
-// latency it saves is one. An accepted connection's reader
-// waits for requests, whose arrival its clients decide, and keeps the default
-// (docs/HISTORY.md, "Long spins for answers").
+// yieldSpin, the rule never applies. A spin that catches its answer costs the answer's
+// time, at most longSpinWakes wake-ups: the latency it saves is one. An accepted
+// connection's reader waits for requests, whose arrival its clients decide, and keeps the
+// default (docs/HISTORY.md, "Long spins for answers").
 const (
 	longSpinWakes = 4
 	longSpinMax   = 200 * time.Microsecond
@@ -621,12 +620,12 @@ func (c *Conn) spinFor(sp *spinner) bool {
 
 // spinsLong reports whether a dialed reader's wait with spinner sp spins for the long
 // spin's budget: wake-ups are not cheap (wakesCheap) and cost more than a quarter of
-// yieldSpin, its recent answers were quick and small, and no other wait of the process is busy: none began a spin since the
-// direction's last wait ended, and othersWaiting says none else is. spun says the wait
-// has spun its default spin. A process with one P never spins long: there the spinner
-// holds the only P, its other connections' goroutines run only between its checks and
-// their waits rarely show, and 8 net/http connections lost a sixth of their requests per
-// second to it (docs/HISTORY.md).
+// yieldSpin, its recent answers were quick and small, and no other wait of the process is
+// busy: none began a spin since the direction's last wait ended, and othersWaiting says
+// none else is. spun says the wait has spun its default spin. A process with one P never
+// spins long: there the spinner holds the only P, its other connections' goroutines run
+// only between its checks and their waits rarely show, and 8 net/http connections lost a
+// sixth of their requests per second to it (docs/HISTORY.md).
 func (c *Conn) spinsLong(sp *spinner, spun bool) bool {
 	if c.wakesCheap() || c.longSpinBudget() <= yieldSpin || sp.quick < quickShare || sp.found >= bulkWait || runtime.GOMAXPROCS(0) < 2 {
 		return false

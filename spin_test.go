@@ -388,9 +388,9 @@ func TestSpinnerAnswered(t *testing.T) {
 }
 
 // TestLongSpinRule: spinsLong holds for a wait whose answers came quickly and small,
-// where wake-ups cost more than a quarter of yieldSpin and are not cheap (wakesCheap), while no other wait of the
-// process is busy, in a process with two Ps or more; waitFor asks it only for a dialed connection's reader
-// (TestDialedReaderSpinsLong).
+// where wake-ups cost more than a quarter of yieldSpin and are not cheap (wakesCheap),
+// while no other wait of the process is busy, in a process with two Ps or more; waitFor
+// asks it only for a dialed connection's reader (TestDialedReaderSpinsLong).
 func TestLongSpinRule(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	client, server := pipe(t, Config{}, Config{})
@@ -442,8 +442,8 @@ func TestLongSpinRule(t *testing.T) {
 func TestDialedReaderSpinsLong(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	client, server := pipe(t, Config{}, Config{})
-	client.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond}
-	server.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond}
+	client.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond, cheapWakes: -1}
+	server.testHooks = &connTestHooks{wakeCost: 40 * time.Microsecond, cheapWakes: -1}
 	// Recent answers were quick, and the default spin backs off (as for an RPC's
 	// replies, which take longer than it): the long spin's rule decides.
 	backedOff := spinner{seeded: true, misses: 3, skip: 7, quick: 256}
@@ -497,7 +497,7 @@ func TestLongSpinAfterTheShortOne(t *testing.T) {
 	wait := func(c *Conn) WaitStats {
 		// A starved spin of this busy test process (its back-off) would skip the spins.
 		resetStarved(t)
-		c.testHooks = &connTestHooks{wakeCost: 50 * time.Microsecond} // a 200 µs budget
+		c.testHooks = &connTestHooks{wakeCost: 50 * time.Microsecond, cheapWakes: -1} // a 200 µs budget, wake-ups not cheap
 		c.rx.mu.Lock()
 		defer c.rx.mu.Unlock()
 		before := c.rx.waits.snapshot()

@@ -338,7 +338,9 @@ func (s *Stats) counters() []*uint64 {
 func (s *Stats) Add(o *Stats) {
 	if n := s.WakeSamples + o.WakeSamples; n > 0 {
 		s.WakeCostNs = int64((float64(s.WakeCostNs)*float64(s.WakeSamples) + float64(o.WakeCostNs)*float64(o.WakeSamples)) / float64(n))
-		s.SlowWakes = (s.SlowWakes*float64(s.WakeSamples) + o.SlowWakes*float64(o.WakeSamples)) / float64(n)
+		// A share is within [0, 1], whatever another process answered.
+		share := func(x float64) float64 { return min(max(x, 0), 1) }
+		s.SlowWakes = (share(s.SlowWakes)*float64(s.WakeSamples) + share(o.SlowWakes)*float64(o.WakeSamples)) / float64(n)
 	}
 	dst, src := s.counters(), o.counters()
 	for i := range dst {

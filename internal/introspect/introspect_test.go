@@ -73,6 +73,11 @@ func TestStatsWaitsAndWakeCost(t *testing.T) {
 	assert.Equal(t, want, a)
 	a.Add(&Stats{WakeCostNs: 1_000_000, SlowWakes: 1}) // a process that measured none: no weight
 	assert.Equal(t, want, a)
+	b := want
+	b.Add(&Stats{WakeCostNs: 32_000, WakeSamples: 4, SlowWakes: 1e308}) // an impostor's answer
+	assert.InDelta(t, (0.625+1)/2, b.SlowWakes, 1e-9, "a share counts as at most 1")
+	b.Add(&Stats{WakeCostNs: 32_000, WakeSamples: 8, SlowWakes: -5})
+	assert.InDelta(t, (0.625+1)/4, b.SlowWakes, 1e-9, "and at least 0")
 
 	a.Sub(&Stats{ReadWaits: Waits{Waits: 5, SpinHits: 9}, WriteWaits: Waits{SpinSkips: 1}, FutexWakes: 1, WakeCostNs: 1, WakeSamples: 4, SlowWakes: 1})
 	assert.Equal(t, Stats{
