@@ -409,7 +409,7 @@ func TestStacksbench(t *testing.T) {
 	_, waits, _ := strings.Cut(out, "\nSMCLOOP WAITS")
 	waitRow := regexp.MustCompile(`(?m)^\s+[A-Za-z0-9-]+\s+smcloop(\s+[\d.]+/[\d.]+){9}\s*$`)
 	assert.Len(t, waitRow.FindAllString(waits, -1), 5, "the waits' rows:\n%s", waits)
-	assert.Regexp(t, `(?m)^  wake cost   the client measured [\d.,]+ µs per wake-up over \d+ \(its long spins for answers: four, at most 200 µs\)$`, waits)
+	assert.Regexp(t, `(?m)^  wake cost   the client measured [\d.,]+ µs per wake-up over \d+ \(its long spins for answers: four, at most 200 µs\);\n {14}\d+% of its recent ones took 30 µs or more \(under 25%: cheap, and a busy process does not spin\)$`, waits)
 	// The context switches: a row per workload and transport, voluntary, ratio and forced.
 	_, switches, _ := strings.Cut(out, "\nCONTEXT SWITCHES")
 	switchRow := regexp.MustCompile(`(?m)^\s+[A-Za-z0-9-]+\s+(smcloop|tcp|unix)\s+[\d.,]+/[\d.,]+\s+([\d.]+x|-)\s+[\d.,]+/[\d.,]+\s*$`)

@@ -142,7 +142,7 @@ func main() {
 	}
 	ps := smcloop.ProcessStatistics()
 	r.ClientProcess = handshakes{SMC: ps.ClientSMC, Fallback: ps.ClientFallback, Errors: ps.ClientHandshakeErr, Reasons: reasonNames(ps.ClientReasons)}
-	r.ClientWakeCost, r.ClientWakeSamples = ps.WakeCost, ps.WakeSamples
+	r.ClientWakeCost, r.ClientWakeSamples, r.ClientSlowWakes = ps.WakeCost, ps.WakeSamples, ps.SlowWakes
 	r.summarize(wls)
 
 	if *jsonOut != "-" {

@@ -104,9 +104,12 @@ type Report struct {
 	ServerProcesses handshakes `json:"server_processes"`
 	// ClientWakeCost is the client process's measured wake-up cost at the end of the run
 	// (smcloop.ProcessStatistics' WakeCost, over ClientWakeSamples wake-ups), which sets
-	// its long spins for answers.
+	// its long spins for answers, and ClientSlowWakes the share of its recent wake-ups that
+	// took 30 µs or more (SlowWakes: under a quarter, its waits spin only while nothing else
+	// of it runs).
 	ClientWakeCost    time.Duration `json:"client_wake_cost_ns"`
 	ClientWakeSamples uint64        `json:"client_wake_samples"`
+	ClientSlowWakes   float64       `json:"client_slow_wakes"`
 }
 
 type handshakes struct {
@@ -413,8 +416,9 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 		})
 		tw.Flush()
 		fmt.Fprintf(out, "\n  handshakes  client: %s; servers: %s\n", r.ClientProcess, r.ServerProcesses)
-		fmt.Fprintf(out, "  wake cost   the client measured %s µs per wake-up over %d (its long spins for answers: four, at most 200 µs)\n",
-			num(float64(r.ClientWakeCost)/float64(time.Microsecond)), r.ClientWakeSamples)
+		fmt.Fprintf(out, "  wake cost   the client measured %s µs per wake-up over %d (its long spins for answers: four, at most 200 µs);\n"+
+			"              %.0f%% of its recent ones took 30 µs or more (under 25%%: cheap, and a busy process does not spin)\n",
+			num(float64(r.ClientWakeCost)/float64(time.Microsecond)), r.ClientWakeSamples, 100*r.ClientSlowWakes)
 	}
 
 	fmt.Fprintf(out, "\nCONTEXT SWITCHES  getrusage of each process over the measured interval, per operation, client/server, median\n"+
