@@ -119,11 +119,7 @@ func goRead(c *Conn) <-chan error {
 // is watched: a wait puts it under the watch before it sleeps).
 func waitAsleep(t *testing.T, c *Conn) {
 	t.Helper()
-	for end := time.Now().Add(watchdog); c.Stats().Sleeps == 0; runtime.Gosched() {
-		if time.Now().After(end) {
-			t.Fatal("the connection never slept")
-		}
-	}
+	waitUntil(t, func() bool { return c.Stats().Sleeps != 0 }, "the connection never slept")
 }
 
 // waitReaderAsleep waits until c's reader has announced a sleep (on the doorbell or the
@@ -132,9 +128,16 @@ func waitAsleep(t *testing.T, c *Conn) {
 // connection that slept before.
 func waitReaderAsleep(t *testing.T, c *Conn) {
 	t.Helper()
-	for end := time.Now().Add(watchdog); !c.backend.Sleeping(datapath.Reader); runtime.Gosched() {
+	waitUntil(t, func() bool { return c.backend.Sleeping(datapath.Reader) }, "the reader never went to sleep")
+}
+
+// waitUntil yields until cond holds, and fails the test with never if it does not within
+// watchdog.
+func waitUntil(t *testing.T, cond func() bool, never string) {
+	t.Helper()
+	for end := time.Now().Add(watchdog); !cond(); runtime.Gosched() {
 		if time.Now().After(end) {
-			t.Fatal("the reader never went to sleep")
+			t.Fatal(never)
 		}
 	}
 }

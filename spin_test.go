@@ -95,15 +95,7 @@ func TestShortSleepLeavesAPForThePoller(t *testing.T) {
 	r, _ := pipe(t, Config{BusyPoll: -1}, Config{})
 	// wait is one Read that nothing answers: its deadline ends it, after a short sleep
 	// (which runs out) or none; it returns the counts of the Read's waits.
-	wait := func() WaitStats {
-		before := r.Stats().ReadWaits
-		require.NoError(t, r.SetReadDeadline(time.Now().Add(5*time.Millisecond)))
-		_, err := r.Read(make([]byte, 1))
-		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
-		after := r.Stats().ReadWaits
-		return WaitStats{Waits: after.Waits - before.Waits, FutexHits: after.FutexHits - before.FutexHits,
-			FutexMisses: after.FutexMisses - before.FutexMisses}
-	}
+	wait := func() WaitStats { return timedOutRead(t, r, 5*time.Millisecond) }
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	// A Read may wait more than once: a doorbell rung by the peer's own publications
 	// (those of its connection setup can land in the first wait) ends a wait that then
@@ -707,6 +699,17 @@ func TestCheapWakeSpins(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	client, _ := pipe(t, Config{}, Config{})
 
+	// The process's own measure: cheap after many fast wake-ups, not after a run of slow
+	// ones (it is left so: the other tests' spins run as on an idle host).
+	for range 40 {
+		datapath.NoteWake(2 * time.Microsecond)
+	}
+	assert.True(t, client.wakesCheap(), "after 40 wake-ups of 2 µs (share %d/256)", datapath.SlowWakeShare())
+	for range 16 {
+		datapath.NoteWake(datapath.SlowWake)
+	}
+	assert.False(t, client.wakesCheap(), "after 16 of SlowWake (share %d/256)", datapath.SlowWakeShare())
+
 	// A goroutine of the process keeps running beside the waits (processIdle says no).
 	var running, stop atomic.Bool
 	busy := make(chan struct{})
@@ -729,14 +732,7 @@ func TestCheapWakeSpins(t *testing.T) {
 		othersWaiting(&client.rx.spin)
 		client.rx.spin.spinMark = spinsBegun()
 		client.rx.mu.Unlock()
-		before := client.Stats().ReadWaits
-		require.NoError(t, client.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
-		_, err := client.Read(make([]byte, 1))
-		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
-		w := client.Stats().ReadWaits
-		return WaitStats{Waits: w.Waits - before.Waits, SpinHits: w.SpinHits - before.SpinHits,
-			SpinMisses: w.SpinMisses - before.SpinMisses, SpinSkips: w.SpinSkips - before.SpinSkips,
-			LongSpins: w.LongSpins - before.LongSpins}
+		return timedOutRead(t, client, 20*time.Millisecond)
 	}
 	// A Read may wait twice: the doorbell's deadline can fire just before the deadline's own
 	// flag is set, and the wait then returns for the Read to look again; the second wait
@@ -754,4 +750,22 @@ func TestCheapWakeSpins(t *testing.T) {
 	assert.Positive(t, w.SpinMisses, "dear, beside a busy goroutine: the spin")
 	w = wait(-1, quick)
 	assert.Positive(t, w.LongSpins, "dear, quick answers: the long spin")
+}
+
+// timedOutRead is one Read of c that nothing answers, ended by a deadline d from now; it
+// returns what the Read's waits (one or more) counted.
+func timedOutRead(t *testing.T, c *Conn, d time.Duration) WaitStats {
+	t.Helper()
+	before := c.Stats().ReadWaits
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(d)))
+	_, err := c.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	after := c.Stats().ReadWaits
+	return WaitStats{
+		Waits: after.Waits - before.Waits, SpinHits: after.SpinHits - before.SpinHits,
+		SpinMisses: after.SpinMisses - before.SpinMisses, SpinSkips: after.SpinSkips - before.SpinSkips,
+		FutexHits: after.FutexHits - before.FutexHits, FutexMisses: after.FutexMisses - before.FutexMisses,
+		Deadlines: after.Deadlines - before.Deadlines, RecheckHits: after.RecheckHits - before.RecheckHits,
+		LongSpins: after.LongSpins - before.LongSpins,
+	}
 }
