@@ -93,8 +93,8 @@ func pipeFloor(size int, dur time.Duration, cpus [2]int) (pf PipeFloor, ok bool)
 		return PipeFloor{}, false
 	}
 	best := math.Inf(1) // ns per message
-	pat := newPattern(size)
-	_, bad := pipe(size, pat.message, pat.message, cpus, true, func(next func() bool) {
+	sent, want := processPatterns(size)
+	_, bad := pipe(size, sent.message, want.message, cpus, true, func(next func() bool) {
 		batch := 1
 		for start := time.Now(); time.Since(start) < dur; {
 			t := time.Now()
@@ -118,6 +118,16 @@ func pipeFloor(size int, dur time.Duration, cpus [2]int) (pf PipeFloor, ok bool)
 		return PipeFloor{}, false
 	}
 	return PipeFloor{Size: size, BytesPerSec: float64(size) / best * 1e9, NSPerMsg: best}, true
+}
+
+// processPatterns returns the pattern a two-process stream's writer sends from and the one
+// its reader checks against: equal bytes in separate memory, as a client and a server each
+// compute their own. Sharing one buffer between the pipe's two threads would let the
+// reader's checks hit lines the writer's copies just loaded, and where a message's
+// pattern exceeds a CPU's cache (4 MiB messages with 4 MiB of L2 per CPU: 11.0–11.5
+// against 12.3–12.6 GB/s, docs/BENCH.md) the bound would be one no two processes reach.
+func processPatterns(size int) (sent, want *pattern) {
+	return newPattern(size), newPattern(size)
 }
 
 // pipe streams size-byte messages from a writer thread on cpus[0] to a reader thread on

@@ -335,7 +335,7 @@ func serveSession(conn net.Conn, zc *ZeroCopy, h header) (report, error) {
 	case h.mode == modePingPong:
 		rep, err = pingPongServer(conn, pat, ready, h.warmup)
 	case zc != nil:
-		rep, err = streamServerZC(zr, pat, ready, h.warmup)
+		rep, err = streamServerZC(zr, zc.Spans, pat, ready, h.warmup)
 	default:
 		rep, err = streamServer(conn, pat, ready, h.warmup)
 	}

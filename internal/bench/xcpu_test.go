@@ -43,8 +43,8 @@ func crossCPUCopy(b *testing.B, size int, verify bool) {
 		b.Skip("needs two CPUs and GOMAXPROCS >= 2")
 	}
 	b.SetBytes(int64(size))
-	pat := newPattern(size)
-	pinErrs, bad := pipe(size, pat.message, pat.message, [2]int{0, 1}, verify, func(next func() bool) {
+	sent, want := processPatterns(size)
+	pinErrs, bad := pipe(size, sent.message, want.message, [2]int{0, 1}, verify, func(next func() bool) {
 		b.ResetTimer()
 		for range b.N {
 			if !next() {
@@ -82,6 +82,20 @@ func TestPipeFloor(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	_, ok := pipeFloor(64, 20*time.Millisecond, cpus)
 	assert.False(t, ok, "with one P two spinning threads cannot both run")
+}
+
+// TestProcessPatterns: the pipe's writer and reader get the same bytes in separate memory,
+// as two processes do.
+func TestProcessPatterns(t *testing.T) {
+	for _, size := range []int{1, 4 << 20} {
+		sent, want := processPatterns(size)
+		require.Equal(t, newPattern(size).buf, sent.buf, "size %d", size)
+		require.Equal(t, sent.buf, want.buf, "size %d", size)
+		for _, i := range []uint64{0, 1, 17_000} {
+			assert.Equal(t, sent.message(i), want.message(i), "size %d, message %d", size, i)
+		}
+		assert.NotSame(t, &sent.buf[0], &want.buf[0], "size %d: the reader checks against its own copy", size)
+	}
 }
 
 // TestPipeCatchesADifferentByte: a message that arrives different from what the reader

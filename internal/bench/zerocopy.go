@@ -20,6 +20,11 @@ type ZeroCopy struct {
 	// accepted) or Dial. It is called once per connection, after the header and the
 	// ready message went through Read and Write.
 	Open func(conn net.Conn) (ZeroCopyWriter, ZeroCopyReader, error)
+	// Spans says the reader's Lease treats the payload as a byte stream, as Read does: it
+	// returns what is unread up to n, across the messages' boundaries, without waiting
+	// for more. A stream receiver then leases up to streamReadSize at a time, as its Read
+	// does, instead of at most the rest of the current message.
+	Spans bool
 }
 
 // ZeroCopyWriter reserves space in the receiver's buffer and publishes it.
@@ -157,13 +162,18 @@ func zcEcho(w ZeroCopyWriter, p []byte) error {
 	return nil
 }
 
-// streamServerZC is streamServer through zero-copy buffers: it leases what is left of
-// the current message, up to streamReadSize, verifies it in place and releases it.
-func streamServerZC(r ZeroCopyReader, pat *pattern, ready time.Time, warmup time.Duration) (report, error) {
+// streamServerZC is streamServer through zero-copy buffers: it leases up to
+// streamReadSize (of what is left of the current message unless spans), verifies it in
+// place and releases it.
+func streamServerZC(r ZeroCopyReader, spans bool, pat *pattern, ready time.Time, warmup time.Duration) (report, error) {
 	v := newStreamVerifier(pat, "server")
 	w := streamWindow{ready: ready, warmup: warmup, size: pat.size}
 	for {
-		b, err := zcLease(r, min(streamReadSize, pat.size-v.off))
+		n := streamReadSize
+		if !spans {
+			n = min(n, pat.size-v.off)
+		}
+		b, err := zcLease(r, n)
 		if err != nil {
 			return report{}, fmt.Errorf("after %d bytes, before the end marker: read: %w", w.total, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -243,4 +244,53 @@ func TestRunRecordsFallback(t *testing.T) {
 	assert.Contains(t, out, "\n  ! tcp-fallback-mid at 64 B: 1 of 1 rounds fell back, no figure: message 99: write: the transport fell back: test fallback\n")
 	assert.Regexp(t, `\n  64 B  tcp-fallback-mid +- +- +- +- +- +- +-\n`, out)
 	assert.Regexp(t, `\n  14 B  tcp-fallback-mid +- +- +- +- +0 +- +- +- +- +-\n`, out)
+}
+
+// streamLeaser leases from a byte stream: what it is asked for, up to what remains, and
+// notes each n it was asked for.
+type streamLeaser struct {
+	rest  []byte
+	asked []int
+}
+
+func (r *streamLeaser) Lease(n int) ([]byte, error) {
+	r.asked = append(r.asked, n)
+	k := min(n, len(r.rest))
+	b := r.rest[:k:k]
+	r.rest = r.rest[k:]
+	return b, nil
+}
+
+func (r *streamLeaser) Release() error { return nil }
+
+// TestStreamServerZCSpans: a stream receiver whose transport's leases span messages asks
+// for streamReadSize each time, as its Read would, and verifies leases that hold several
+// messages; one whose transport's do not asks for at most the rest of the current message.
+// Both count every message and byte exactly.
+func TestStreamServerZCSpans(t *testing.T) {
+	const size, messages = 1000, 300
+	pat := newPattern(size)
+	var stream []byte
+	for i := range uint64(messages) {
+		stream = append(stream, pat.message(i)...)
+	}
+	stream = append(stream, pat.endMarker(messages, make([]byte, size))...)
+
+	spanning := &streamLeaser{rest: stream}
+	rep, err := streamServerZC(spanning, true, pat, time.Now(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(messages), rep.messages)
+	assert.Equal(t, uint64(messages*size), rep.bytes)
+	assert.Equal(t, []int{streamReadSize, streamReadSize, streamReadSize}, spanning.asked,
+		"301,000 bytes in leases of up to 128 KiB")
+
+	single := &streamLeaser{rest: stream}
+	rep, err = streamServerZC(single, false, pat, time.Now(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(messages), rep.messages)
+	assert.Equal(t, uint64(messages*size), rep.bytes)
+	require.Len(t, single.asked, messages+1, "one lease per message and the end marker")
+	for i, n := range single.asked {
+		require.Equal(t, size, n, "lease %d", i)
+	}
 }

@@ -28,7 +28,7 @@ func registerZeroCopy() {
 		},
 		Mode:      smcMode,
 		SendStats: smcSendStats,
-		ZeroCopy:  &bench.ZeroCopy{Open: openZeroCopy},
+		ZeroCopy:  &bench.ZeroCopy{Open: openZeroCopy, Spans: true},
 	})
 }
 
