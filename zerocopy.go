@@ -52,6 +52,13 @@ type zeroCopy struct {
 	closeOwed bool // Close ran while one was out: the link's Close is owed; mu
 	closeDone bool // the owed link Close's peerDone; mu
 
+	// Handles not yet handed out, in slabs: every lease and reservation is a distinct
+	// object, as the misuse checks need (a stale handle never aliases a current one),
+	// without one allocation per message. A slab holds twice the last one's handles, up
+	// to handleSlab. leases under rx.mu, resvs under tx.mu.
+	leases handles[Lease]
+	resvs  handles[Reservation]
+
 	fbRx    []byte
 	fbRxOff int // fallback: first unreleased byte of fbRx
 	fbRxEnd int
@@ -167,7 +174,8 @@ func (c *Conn) Lease() (*Lease, error) {
 			return nil, err
 		}
 	}
-	l := &Lease{c: c, buf: span, n: len(span)}
+	l := c.zc.leases.take()
+	*l = Lease{c: c, buf: span, n: len(span)}
 	c.zc.lease.Store(l)
 	return l, nil
 }
@@ -222,6 +230,27 @@ func (z *zeroCopy) check(l *Lease, r *Reservation, n int) error {
 		return ErrZeroCopyRange
 	}
 	return nil
+}
+
+// handleSlab is the most handles a slab holds.
+const handleSlab = 32
+
+// handles hands out handles of type T from slabs.
+type handles[T any] struct {
+	free []T // the current slab's handles not yet handed out
+	slab int  // the current slab's size
+}
+
+// take returns a handle no one has had. An empty slab is replaced by one twice its size,
+// up to handleSlab.
+func (h *handles[T]) take() *T {
+	if len(h.free) == 0 {
+		h.slab = min(max(2*h.slab, 1), handleSlab)
+		h.free = make([]T, h.slab)
+	}
+	t := &h.free[0]
+	h.free = h.free[1:]
+	return t
 }
 
 // leaseOut and resvOut report whether a lease or a reservation is out: every Read and
@@ -319,7 +348,8 @@ func (c *Conn) Reserve(n int) (*Reservation, error) {
 			return nil, c.opError("reserve", err)
 		}
 	}
-	r := &Reservation{c: c, buf: c.backend.TxBuf()[off : off+k : off+k]}
+	r := c.zc.resvs.take()
+	*r = Reservation{c: c, buf: c.backend.TxBuf()[off : off+k : off+k]}
 	c.zc.resv.Store(r)
 	return r, nil
 }
