@@ -238,7 +238,7 @@ const handleSlab = 32
 // handles hands out handles of type T from slabs.
 type handles[T any] struct {
 	free []T // the current slab's handles not yet handed out
-	slab int  // the current slab's size
+	slab int // the current slab's size
 }
 
 // take returns a handle no one has had. An empty slab is replaced by one twice its size,
