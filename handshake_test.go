@@ -443,6 +443,77 @@ func TestServerDMBLingersAfterFailedAccept(t *testing.T) {
 	exchange(t, a, b)
 }
 
+// TestHandshakeGroupTerminatedAfterAccept: the server's link group is terminated after
+// its Accept went out (a connection of the group broke the protocol, and the watcher's
+// terminator ends the group in the background). The client's Confirm comes after, and
+// the kernel's CLC has no decline after it: the server's handshake fails, nothing is
+// accepted, and the client, whose Dial returned, learns it at its first Read
+// (ErrPeerGone, not a wait). The next connection gets a new group and works. (Tests
+// that dial right after such a violation wait for the terminations first:
+// waitGroupWorkIdle.)
+func TestHandshakeGroupTerminatedAfterAccept(t *testing.T) {
+	waitGroupWorkIdle(t)
+	var joins atomic.Int32
+	var serverGroup atomic.Pointer[smcd.LinkGroup]
+	hook := func(g *smcd.LinkGroup) {
+		switch joins.Add(1) {
+		case 1: // the server's, before its Accept
+			serverGroup.Store(g)
+		case 2: // the client's, after the Accept and before its Confirm
+			serverGroup.Load().Terminate(false)
+		}
+	}
+	groupJoined.Store(&hook)
+	defer groupJoined.Store(nil)
+
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan *Conn, 2)
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.AcceptSMC()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	c, err := Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	assert.True(t, c.UsingSMC(), "the client's Dial returned after its Confirm: %s", c.Mode())
+	assert.EqualValues(t, 2, joins.Load(), "the server's join and the client's")
+
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(watchdog)))
+	_, err = c.Read(make([]byte, 1))
+	require.ErrorIs(t, err, ErrPeerGone, "the client's first Read")
+	assert.EqualValues(t, 1, ln.Stats().HandshakeErrs)
+	last := ln.lastHsErr.Load()
+	require.NotNil(t, last)
+	assert.ErrorContains(t, *last, "attaching the client's DMB")
+	select {
+	case s := <-accepted:
+		t.Fatalf("a connection was accepted: %s", s.Mode())
+	default:
+	}
+
+	groupJoined.Store(nil)
+	c2, err := Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c2.Close()
+	var s2 *Conn
+	select {
+	case s2 = <-accepted:
+	case <-time.After(watchdog):
+		t.Fatal("the next connection was not accepted")
+	}
+	defer s2.Close()
+	require.True(t, c2.UsingSMC(), "the next connection: %s", c2.Mode())
+	exchange(t, c2, s2)
+}
+
 // TestHandshakeGroupTerminatedMeanwhile: the link group a handshake found is terminated
 // before it gives the connection a DMB (its peer died, or it broke the protocol), once or
 // twice in a row as a burst of peer-death reports does: the handshake starts a new group

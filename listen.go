@@ -148,6 +148,10 @@ type Listener struct {
 	accepted, smc, fallback, hsErrs, congestions, withdrawals, backlogFull, acceptRetries atomic.Uint64
 	busyDeclined, busyDropped                                                             atomic.Uint64
 
+	// The last failed handshake's error: a server handshake can fail after the client's
+	// last message, which the client does not wait for (tests name it).
+	lastHsErr atomic.Pointer[error]
+
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	err    error // accept loop's terminal error
@@ -501,6 +505,7 @@ func (l *Listener) handshake(tcp net.Conn, remote bool, slot *atomic.Pointer[net
 	<-l.hsSlots
 	if err != nil {
 		l.hsErrs.Add(1)
+		l.lastHsErr.Store(&err)
 		tcp.Close()
 		return false
 	}
@@ -554,6 +559,7 @@ func (l *Listener) declineBusy(tcp net.Conn, remote bool) {
 		countHandshake(sideServer, c, err)
 		if err != nil {
 			l.hsErrs.Add(1)
+			l.lastHsErr.Store(&err)
 			tcp.Close()
 			return
 		}

@@ -2,7 +2,9 @@ package smcloop
 
 import (
 	"net"
+	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/net/nettest"
 )
@@ -11,6 +13,7 @@ import (
 // configurations: the same memfd, fd-passing and doorbell path two processes use.
 func pipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
 	t.Helper()
+	waitGroupWorkIdle(t)
 	lc := ListenConfig{Config: lcfg}
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,7 +34,19 @@ func pipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := <-ch
+	// A server handshake can fail after the client's last message (the Confirm), which
+	// the client does not wait for: then nothing is accepted.
+	var r res
+	select {
+	case r = <-ch:
+	case <-time.After(watchdog):
+		client.Close()
+		var last error
+		if p := ln.lastHsErr.Load(); p != nil {
+			last = *p
+		}
+		t.Fatalf("dialed %s, but nothing accepted within %v: listener %+v, last handshake error: %v", client.Mode(), watchdog, ln.Stats(), last)
+	}
 	if r.err != nil {
 		client.Close()
 		t.Fatal(r.err)
@@ -43,6 +58,26 @@ func pipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
 		r.c.Close()
 	})
 	return client, r.c
+}
+
+// waitGroupWorkIdle waits until no link group termination is left to the watcher's
+// terminators. A connection whose peer broke the protocol (as tests make them) has its
+// link group terminated there after its Read returned; a handshake that joins the group
+// meanwhile fails on the server after the client's Confirm, and nothing is accepted.
+func waitGroupWorkIdle(t testing.TB) {
+	t.Helper()
+	w := &liveness.work
+	for end := time.Now().Add(watchdog); ; runtime.Gosched() {
+		w.mu.Lock()
+		idle := w.workers == 0 && len(w.queue) == 0
+		w.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("link group terminations still running after %v", watchdog)
+		}
+	}
 }
 
 func TestNettestSMCD(t *testing.T) {
