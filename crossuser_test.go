@@ -257,10 +257,16 @@ func TestCrossUserSquattedName(t *testing.T) {
 		c, err := ln.AcceptSMC()
 		acc <- res{c, err}
 	}()
+	waitGroupWorkIdle(t)
 	c, err := Dial("tcp", dst.String())
 	require.NoError(t, err)
 	defer c.Close()
-	r := <-acc
+	var r res
+	select {
+	case r = <-acc:
+	case <-time.After(watchdog):
+		t.Fatalf("dialed %s, but nothing accepted: listener %+v", c.Mode(), ln.Stats())
+	}
 	require.NoError(t, r.err)
 	defer r.c.Close()
 	assert.True(t, c.isSMC(), "client fell back (reason %#x)", c.localReason)
