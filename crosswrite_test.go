@@ -12,15 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// crossPattern is n bytes that tell their offsets apart.
-func crossPattern(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7) ^ seed ^ byte(i>>8)
-	}
-	return b
-}
-
 // TestWriterWaitPublishesConsumed: both sides write at once with neither reading (an
 // echo server that echoes a piece before it takes the next, a client that writes its
 // whole message before it reads). The server has read a few bytes and, below the window
@@ -39,7 +30,7 @@ func TestWriterWaitPublishesConsumed(t *testing.T) {
 	require.NoError(t, server.SetDeadline(deadline))
 
 	// The client fills the server's ring.
-	up := crossPattern(ring+50, 1)
+	up := pattern(ring+50, 1)
 	n, err := client.Write(up[:ring])
 	require.NoError(t, err)
 	require.Equal(t, ring, n)
@@ -57,7 +48,7 @@ func TestWriterWaitPublishesConsumed(t *testing.T) {
 
 	// The server writes more than the client's ring holds; the client writes its last 50
 	// bytes, which need 50 of the 100 the server consumed.
-	down := crossPattern(ring+1, 2)
+	down := pattern(ring+1, 2)
 	served := make(chan error, 1)
 	go func() {
 		_, err := server.Write(down)

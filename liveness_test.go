@@ -133,7 +133,7 @@ func waitReaderAsleep(t *testing.T, c *Conn) {
 
 // waitUntil yields until cond holds, and fails the test with never if it does not within
 // watchdog.
-func waitUntil(t *testing.T, cond func() bool, never string) {
+func waitUntil(t testing.TB, cond func() bool, never string) {
 	t.Helper()
 	for end := time.Now().Add(watchdog); !cond(); runtime.Gosched() {
 		if time.Now().After(end) {

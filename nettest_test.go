@@ -2,7 +2,6 @@ package smcloop
 
 import (
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
@@ -67,17 +66,11 @@ func pipe(t testing.TB, dcfg, lcfg Config) (client, server *Conn) {
 func waitGroupWorkIdle(t testing.TB) {
 	t.Helper()
 	w := &liveness.work
-	for end := time.Now().Add(watchdog); ; runtime.Gosched() {
+	waitUntil(t, func() bool {
 		w.mu.Lock()
-		idle := w.workers == 0 && len(w.queue) == 0
-		w.mu.Unlock()
-		if idle {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("link group terminations still running after %v", watchdog)
-		}
-	}
+		defer w.mu.Unlock()
+		return w.workers == 0 && len(w.queue) == 0
+	}, "link group terminations still running after the watchdog")
 }
 
 func TestNettestSMCD(t *testing.T) {

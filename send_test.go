@@ -22,10 +22,11 @@ func published(c *Conn) int {
 	return int(prod.Wrap)*c.rx.size + int(prod.Count)
 }
 
+// pattern is n bytes that tell their offsets apart (a shift by a multiple of 256 too).
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
-		b[i] = byte(i*7) ^ seed
+		b[i] = byte(i*7) ^ seed ^ byte(i>>8)
 	}
 	return b
 }

@@ -505,10 +505,10 @@ func TestLongSpinAfterTheShortOne(t *testing.T) {
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			require.NoError(t, err)
 		}
-		w := c.rx.waits.snapshot()
-		require.Equal(t, uint64(1), w.Waits-before.Waits)
-		require.Equal(t, uint64(1), w.SpinHits+w.SpinMisses-before.SpinHits-before.SpinMisses, "one spin, default or long")
-		return WaitStats{LongSpins: w.LongSpins - before.LongSpins, SpinHits: w.SpinHits - before.SpinHits}
+		w := waitsSince(before, c.rx.waits.snapshot())
+		require.Equal(t, uint64(1), w.Waits)
+		require.Equal(t, uint64(1), w.SpinHits+w.SpinMisses, "one spin, default or long")
+		return w
 	}
 	went := false
 	for i := 0; i < 5 && !went; i++ {
@@ -760,7 +760,11 @@ func timedOutRead(t *testing.T, c *Conn, d time.Duration) WaitStats {
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(d)))
 	_, err := c.Read(make([]byte, 1))
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
-	after := c.Stats().ReadWaits
+	return waitsSince(before, c.Stats().ReadWaits)
+}
+
+// waitsSince is what a side's waits counted from before to after.
+func waitsSince(before, after WaitStats) WaitStats {
 	return WaitStats{
 		Waits: after.Waits - before.Waits, SpinHits: after.SpinHits - before.SpinHits,
 		SpinMisses: after.SpinMisses - before.SpinMisses, SpinSkips: after.SpinSkips - before.SpinSkips,

@@ -418,8 +418,6 @@ func TestStacksbench(t *testing.T) {
 	assert.Contains(t, out, "\nerrors: none\n")
 }
 
-// TestStacksbenchPin: -pin puts the client on one CPU and every server child on another,
-// and after every round each process finds all its threads where they were put.
 // busyChildren lists the processes running as stacksbench's busy neighbours.
 func busyChildren(t *testing.T) []string {
 	t.Helper()
@@ -449,6 +447,8 @@ func TestStacksbenchBusy(t *testing.T) {
 	assert.Empty(t, busyChildren(t), "neighbours left running")
 }
 
+// TestStacksbenchPin: -pin puts the client on one CPU and every server child on another,
+// and after every round each process finds all its threads where they were put.
 func TestStacksbenchPin(t *testing.T) {
 	var set unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &set))
