@@ -180,7 +180,8 @@ func Parse(b []byte) (Msg, error) {
 		ClientPort: binary.BigEndian.Uint16(b[offClientPort:]),
 		TTL:        binary.BigEndian.Uint16(b[offTTL:]),
 	}
-	ip := netip.AddrFrom16([16]byte(b[offServerIP : offServerIP+16])).Unmap()
+	raw := [16]byte(b[offServerIP : offServerIP+16])
+	ip := netip.AddrFrom16(raw).Unmap()
 	sport := binary.BigEndian.Uint16(b[offServerPort:])
 	zero := func(field string, v uint64) error {
 		if v != 0 {
@@ -192,9 +193,9 @@ func Parse(b []byte) (Msg, error) {
 	switch m.Type {
 	case TypeProbe:
 		err = firstErr(zero("flags", uint64(m.Flags)), zero("instance", m.Instance), zero("cookie", m.Cookie),
-			zero("server address", ipBits(ip)), zero("server port", uint64(sport)), zero("client port", uint64(m.ClientPort)), zero("ttl", uint64(m.TTL)))
+			zero("server address", addrBits(raw)), zero("server port", uint64(sport)), zero("client port", uint64(m.ClientPort)), zero("ttl", uint64(m.TTL)))
 	case TypeCaps:
-		err = firstErr(zero("server address", ipBits(ip)), zero("server port", uint64(sport)), zero("client port", uint64(m.ClientPort)))
+		err = firstErr(zero("server address", addrBits(raw)), zero("server port", uint64(sport)), zero("client port", uint64(m.ClientPort)))
 	case TypeAnnounce:
 		err = firstErr(zero("flags", uint64(m.Flags)), zero("ttl", uint64(m.TTL)))
 		if err == nil && (sport == 0 || m.ClientPort == 0 || ip.IsUnspecified()) {
@@ -202,7 +203,7 @@ func Parse(b []byte) (Msg, error) {
 		}
 		m.Server = netip.AddrPortFrom(ip, sport)
 	case TypeAck:
-		err = firstErr(zero("cookie", m.Cookie), zero("server address", ipBits(ip)), zero("server port", uint64(sport)), zero("client port", uint64(m.ClientPort)))
+		err = firstErr(zero("cookie", m.Cookie), zero("server address", addrBits(raw)), zero("server port", uint64(sport)), zero("client port", uint64(m.ClientPort)))
 	default:
 		err = &WireError{Field: "type", Got: uint64(m.Type), Want: "1..4"}
 	}
@@ -212,13 +213,11 @@ func Parse(b []byte) (Msg, error) {
 	return m, nil
 }
 
-// ipBits is nonzero for any address but the all-zero one.
-func ipBits(ip netip.Addr) uint64 {
-	if ip.IsUnspecified() {
-		return 0
-	}
-	a := ip.As16()
-	return binary.BigEndian.Uint64(a[:8]) | binary.BigEndian.Uint64(a[8:]) | 1
+// addrBits is nonzero unless every byte of the address field is: the field as sent, not
+// the address it names, since ::ffff:0.0.0.0 names the unspecified address too and would
+// not re-encode to the same bytes.
+func addrBits(raw [16]byte) uint64 {
+	return binary.BigEndian.Uint64(raw[:8]) | binary.BigEndian.Uint64(raw[8:])
 }
 
 func firstErr(errs ...error) error {

@@ -57,6 +57,7 @@ func TestWireBytes(t *testing.T) {
 func TestParseRefuses(t *testing.T) {
 	good := (&Msg{Type: TypeAnnounce, Nonce: 1, Instance: 2, Cookie: 3, Server: netip.MustParseAddrPort("10.0.0.1:80"), ClientPort: 5}).Append(nil)
 	probe := (&Msg{Type: TypeProbe, Nonce: 1}).Append(nil)
+	caps := (&Msg{Type: TypeCaps, Nonce: 1, Instance: 2, Cookie: 3, TTL: 60}).Append(nil)
 	set := func(b []byte, off int, v byte) []byte { c := append([]byte(nil), b...); c[off] = v; return c }
 	for _, tc := range []struct {
 		name, field string
@@ -75,6 +76,9 @@ func TestParseRefuses(t *testing.T) {
 		{"announce no server port", "announced 4-tuple", set(set(good, offServerPort, 0), offServerPort+1, 0)},
 		{"probe with cookie", "cookie", set(probe, offCookie+7, 1)},
 		{"probe with address", "server address", set(probe, offServerIP+15, 1)},
+		// ::ffff:0.0.0.0 names the unspecified address, but its bytes are not zero.
+		{"probe with mapped unspecified address", "server address", set(set(probe, offServerIP+10, 0xff), offServerIP+11, 0xff)},
+		{"caps with mapped unspecified address", "server address", set(set(caps, offServerIP+10, 0xff), offServerIP+11, 0xff)},
 		{"probe with ttl", "ttl", set(probe, offTTL, 1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
