@@ -336,19 +336,20 @@ func (l *Listener) acceptLoop() {
 		}
 		l.hsStarted(start)
 		l.jobs <- hsJob{tcp, start, remote} // never blocks: jobs has the handshake slots' capacity
-		l.startWorker()
-	}
-}
-
-// startWorker starts a handshake worker if fewer than the limit run. A job queued
-// while all of them run is taken by one of them: a worker that finds the queue empty
-// gives its index back and then looks at the queue again.
-func (l *Listener) startWorker() {
-	select {
-	case i := <-l.idle:
-		l.wg.Add(1)
-		go l.worker(i)
-	default:
+		select {
+		case i := <-l.idle:
+			// Fewer workers than the limit run: this goroutine becomes one, and a new one
+			// takes over accepting. The handshake then starts at once, while the hand-off
+			// (a goroutine to start, maybe a thread to wake) happens beside it; starting
+			// a worker instead would put it on the handshake's path.
+			l.wg.Add(1)
+			go l.acceptLoop()
+			l.work(i)
+			return
+		default:
+			// Every worker runs: the job is taken by one of them. A worker that finds the
+			// queue empty gives its index back and then looks at the queue again.
+		}
 	}
 }
 
@@ -454,10 +455,10 @@ func (l *Listener) retryLimit() {
 	l.sigMu.Unlock()
 }
 
-// worker runs handshakes while any wait, then ends. While one runs, its TCP connection
-// is in the worker's inflight slot, where Close finds it to abort the handshake.
-func (l *Listener) worker(i int) {
-	defer l.wg.Done()
+// work runs handshakes as worker i while any wait, then returns. While one runs, its
+// TCP connection is in the worker's inflight slot, where Close finds it to abort the
+// handshake.
+func (l *Listener) work(i int) {
 	for {
 		select {
 		case j := <-l.jobs:
