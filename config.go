@@ -332,6 +332,24 @@ func dmbSize(field string, n int) (int, error) {
 
 // resolve applies process defaults to c and validates the result.
 func (c *Config) resolve() (*settings, error) {
+	if *c == (Config{}) {
+		// The defaults depend only on the process defaults and the default device, both
+		// read once: every dial with them shares one resolution (settings are never
+		// changed after it).
+		zeroOnce.Do(func() { zeroVal, zeroErr = c.resolveNew() })
+		return zeroVal, zeroErr
+	}
+	return c.resolveNew()
+}
+
+var (
+	zeroOnce sync.Once
+	zeroVal  *settings
+	zeroErr  error
+)
+
+// resolveNew is resolve without the shared resolution of the zero Config.
+func (c *Config) resolveNew() (*settings, error) {
 	env, err := processDefaults()
 	if err != nil {
 		return nil, err

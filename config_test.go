@@ -66,3 +66,25 @@ func TestEnvironment(t *testing.T) {
 		assert.ErrorContains(t, err, bad.want, bad.kv)
 	}
 }
+
+// TestZeroConfigResolvesOnce: dials with the defaults share one resolution, equal to
+// what resolving it anew gives; any other Config is resolved on its own.
+func TestZeroConfigResolvesOnce(t *testing.T) {
+	var a, b Config
+	sa, err := a.resolve()
+	require.NoError(t, err)
+	sb, err := b.resolve()
+	require.NoError(t, err)
+	assert.Same(t, sa, sb, "two resolutions of the zero Config")
+	fresh, err := a.resolveNew()
+	require.NoError(t, err)
+	assert.Equal(t, *fresh, *sa, "the shared resolution against a new one")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { a.resolve() }), "allocations of a resolution of the zero Config")
+
+	c := Config{BusyPoll: -1}
+	sc, err := c.resolve()
+	require.NoError(t, err)
+	assert.NotSame(t, sa, sc)
+	assert.True(t, sc.noSpin)
+	assert.False(t, sa.noSpin)
+}

@@ -36,6 +36,14 @@ func (m *DMB) Elastic() bool {
 // memory beyond its first chunk (whatever the last writer committed), so that it starts
 // small; not elastic, it commits all of it (it may have been elastic before). A memory
 // shortage is ErrNoMemory (wrapped), as at registration.
+//
+// The punch that gives the memory back is skipped when there is none: an elastic DMB's
+// memory beyond its first chunk is only ever committed by a writer, which writes it
+// (MADV_POPULATE_WRITE or stores), so SEEK_DATA finds it; a DMB that was not elastic was
+// allocated whole by fallocate, which SEEK_DATA does not see, and is always punched. The
+// punch is what a short-lived connection would otherwise pay for nothing: it zaps the
+// span in every process that maps it, and handshakes that punch at once force each other
+// to flush the TLB of every CPU the process runs on.
 func (m *DMB) Recommit(elastic bool) error {
 	d := m.dev
 	if elastic {
@@ -45,9 +53,19 @@ func (m *DMB) Recommit(elastic bool) error {
 			return ErrClosed
 		}
 		if m.size > ElasticChunk {
-			off := int64(m.slot)*int64(m.size) + ElasticChunk
-			if err := punchHole(m.slab.memfd, off, int64(m.size-ElasticChunk)); err != nil {
-				return fmt.Errorf("ism: DMB memory: %w", err)
+			off, n := int64(m.slot)*int64(m.size)+ElasticChunk, int64(m.size-ElasticChunk)
+			punch := !m.elastic
+			if !punch {
+				var err error
+				if punch, err = written(m.slab.memfd, off, n); err != nil {
+					punch = true // a kernel or file system that cannot tell: punch
+				}
+			}
+			if punch {
+				if err := punchHole(m.slab.memfd, off, n); err != nil {
+					return fmt.Errorf("ism: DMB memory: %w", err)
+				}
+				m.punches++
 			}
 		}
 		m.elastic = true

@@ -109,6 +109,21 @@ func punchHole(memfd int, off, n int64) error {
 	return nil
 }
 
+// written reports whether [off, off+n) of memfd holds a page that was written, through
+// a mapping or by MADV_POPULATE_WRITE, or that was swapped out: the first data at or after
+// off (lseek SEEK_DATA) lies inside the span. A page that fallocate allocated and nobody
+// wrote is a hole to SEEK_DATA, though it holds memory.
+func written(memfd int, off, n int64) (bool, error) {
+	next, err := unix.Seek(memfd, off, unix.SEEK_DATA)
+	switch {
+	case errors.Is(err, unix.ENXIO):
+		return false, nil // no data from off to the end of the file
+	case err != nil:
+		return false, os.NewSyscallError("lseek SEEK_DATA", err)
+	}
+	return next < off+n, nil
+}
+
 // allocate allocates [off, off+n) of memfd (fallocate), so that writing there cannot
 // fault for want of memory.
 func allocate(memfd int, off, n int64) error {

@@ -24,6 +24,8 @@ func reserveMemory(memfd int, off int64, size, commit int, dirty bool) ([]byte, 
 
 func punchHole(memfd int, off, n int64) error { return ErrUnsupported }
 
+func written(memfd int, off, n int64) (bool, error) { return false, ErrUnsupported }
+
 func allocate(memfd int, off, n int64) error { return ErrUnsupported }
 
 func populate(span []byte) error { return ErrUnsupported }

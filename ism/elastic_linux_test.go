@@ -1,0 +1,63 @@
+package ism_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/smcloop/smcloop/ism"
+)
+
+// TestRecommitPunchesOnlyWhatWasWritten: a reused elastic DMB gives back the memory a
+// writer committed beyond its first chunk, and skips the punch when there is none; a DMB
+// that was not elastic (allocated whole, which SEEK_DATA does not see) is always punched.
+// The first chunk is never touched.
+func TestRecommitPunchesOnlyWhatWasWritten(t *testing.T) {
+	const size = 1 << 20
+	owner := openDevice(t, ism.Config{})
+	peer := openDevice(t, ism.Config{})
+	m, err := owner.RegisterElasticDMB(size, peer.GID(), 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { owner.UnregisterDMB(m) })
+	r := attach(t, peer, owner, m)
+	first := m.Bytes()[100:200]
+	fill(first, 3)
+	want := append([]byte(nil), first...)
+
+	// Nothing beyond the first chunk: no punch, and the first chunk keeps its bytes.
+	require.NoError(t, m.Recommit(true))
+	assert.Equal(t, 0, ism.Punches(m), "punches of a DMB written only in its first chunk")
+	assert.Equal(t, want, m.Bytes()[100:200], "first chunk after Recommit")
+
+	// The writer commits and writes a chunk further on, as a bulk transfer does.
+	off := 5*ism.ElasticChunk + 4096
+	require.NoError(t, r.Commit(5*ism.ElasticChunk, ism.ElasticChunk))
+	fill(r.Bytes()[off:off+8192], 7)
+	require.NoError(t, m.Recommit(true))
+	assert.Equal(t, 1, ism.Punches(m), "punches after a writer committed a chunk")
+
+	// Committed, written and given back by the writer (MADV_REMOVE): nothing to punch.
+	require.NoError(t, r.Commit(9*ism.ElasticChunk, ism.ElasticChunk))
+	r.Bytes()[9*ism.ElasticChunk] = 1
+	require.NoError(t, r.Decommit(9*ism.ElasticChunk, ism.ElasticChunk))
+	require.NoError(t, m.Recommit(true))
+	assert.Equal(t, 1, ism.Punches(m), "punches after the writer gave its chunk back")
+
+	// The punch took the writer's bytes, for both mappings. Reading the span faults pages
+	// in (tmpfs allocates on a read fault), so it counts as written: the next reuse
+	// punches again.
+	assert.Equal(t, make([]byte, 8192), m.Bytes()[off:off+8192], "the owner's view after the punch")
+	assert.Equal(t, make([]byte, 8192), r.Bytes()[off:off+8192], "the writer's view after the punch")
+	require.NoError(t, m.Recommit(true))
+	assert.Equal(t, 2, ism.Punches(m), "punches after a reader faulted pages in")
+
+	// Fixed (allocated whole, never written), then elastic again: punched, once.
+	require.NoError(t, m.Recommit(false))
+	assert.False(t, m.Elastic())
+	require.NoError(t, m.Recommit(true))
+	assert.Equal(t, 3, ism.Punches(m), "punches of a DMB that was allocated whole")
+	require.NoError(t, m.Recommit(true))
+	assert.Equal(t, 3, ism.Punches(m), "punches of the same DMB reused elastic again")
+	assert.Equal(t, want, m.Bytes()[100:200], "first chunk at the end")
+}
