@@ -16,34 +16,55 @@ import (
 // supported reports whether this system has the signal.
 const supported = true
 
-// BindBeforeConnect binds a dialing socket to laddr (or the wildcard address with port
-// 0) before connect and returns the port, so the connection can be announced in the
-// listener's table before the SYN. SO_REUSEADDR lets a port whose earlier connection sits in
-// TIME_WAIT be bound again, as connect's own port choice would.
+// BindBeforeConnect binds a dialing socket to laddr (or the wildcard address) before
+// connect and returns the port, so the connection can be announced in the listener's table
+// before the SYN. Without a port in laddr it binds a random free port of the local range
+// (ports_linux.go), and only if a few tries find none does it bind port 0, with
+// SO_REUSEADDR if reuse is set: that lets a port whose earlier connection sits in TIME_WAIT
+// be bound again, as connect's own port choice would.
 func BindBeforeConnect(rc syscall.RawConn, network string, laddr netip.AddrPort, reuse bool) (uint16, error) {
 	var port uint16
 	var serr error
 	err := rc.Control(func(fd uintptr) {
+		sockaddr := func(port int) unix.Sockaddr {
+			if network == "tcp4" {
+				sa4 := &unix.SockaddrInet4{Port: port}
+				if laddr.IsValid() {
+					sa4.Addr = laddr.Addr().Unmap().As4()
+				}
+				return sa4
+			}
+			sa6 := &unix.SockaddrInet6{Port: port}
+			if laddr.IsValid() {
+				sa6.Addr = laddr.Addr().As16()
+			}
+			return sa6
+		}
+		if laddr.Port() == 0 {
+			r := localPorts()
+			for range portTries {
+				p := r.pick()
+				if p == 0 {
+					break
+				}
+				switch err := unix.Bind(int(fd), sockaddr(p)); err {
+				case nil:
+					port = uint16(p)
+					return
+				case unix.EADDRINUSE, unix.EACCES:
+					continue // held by a socket (or below an unprivileged bind's ports)
+				default:
+					serr = err
+					return
+				}
+			}
+		}
 		if reuse {
 			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
 				return
 			}
 		}
-		var sa unix.Sockaddr
-		if network == "tcp4" {
-			sa4 := &unix.SockaddrInet4{Port: int(laddr.Port())}
-			if laddr.IsValid() {
-				sa4.Addr = laddr.Addr().Unmap().As4()
-			}
-			sa = sa4
-		} else {
-			sa6 := &unix.SockaddrInet6{Port: int(laddr.Port())}
-			if laddr.IsValid() {
-				sa6.Addr = laddr.Addr().As16()
-			}
-			sa = sa6
-		}
-		if serr = unix.Bind(int(fd), sa); serr != nil {
+		if serr = unix.Bind(int(fd), sockaddr(int(laddr.Port()))); serr != nil {
 			return
 		}
 		// syscall's Getsockname, not x/sys/unix's: the latter asks for SO_PROTOCOL on
