@@ -146,12 +146,12 @@ func TestBindBeforeConnectFallsBackWhenFull(t *testing.T) {
 	}
 }
 
-// TestBindBeforeConnectConcurrent: dials binding at once each get their own port, and
-// every one connects.
-func TestBindBeforeConnectConcurrent(t *testing.T) {
+// drainingListener listens on loopback until the test ends, reading each connection to
+// its end and closing it.
+func drainingListener(t testing.TB) net.Listener {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	require.NoError(t, err)
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -164,6 +164,13 @@ func TestBindBeforeConnectConcurrent(t *testing.T) {
 			}()
 		}
 	}()
+	return ln
+}
+
+// TestBindBeforeConnectConcurrent: dials binding at once each get their own port, and
+// every one connects.
+func TestBindBeforeConnectConcurrent(t *testing.T) {
+	ln := drainingListener(t)
 	const n = 64
 	var wg sync.WaitGroup
 	portsSeen := make(chan uint16, n)
@@ -200,21 +207,7 @@ func TestBindBeforeConnectConcurrent(t *testing.T) {
 // BenchmarkBindBeforeConnectTimeWait is a dial's bind once 9,000 earlier dials that
 // closed first sit in TIME_WAIT (a minute each): about 150 such connections a second.
 func BenchmarkBindBeforeConnectTimeWait(b *testing.B) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(b, err)
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				io.Copy(io.Discard, c)
-				c.Close()
-			}()
-		}
-	}()
+	ln := drainingListener(b)
 	d := net.Dialer{Control: func(network, _ string, rc syscall.RawConn) error {
 		_, err := BindBeforeConnect(rc, network, netip.AddrPort{}, true)
 		return err
