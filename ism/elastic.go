@@ -42,8 +42,8 @@ func (m *DMB) Elastic() bool {
 // (MADV_POPULATE_WRITE or stores), so SEEK_DATA finds it; a DMB that was not elastic was
 // allocated whole by fallocate, which SEEK_DATA does not see, and is always punched. The
 // punch is what a short-lived connection would otherwise pay for nothing: it zaps the
-// span in every process that maps it, and handshakes that punch at once force each other
-// to flush the TLB of every CPU the process runs on.
+// span in every process that maps it, and with 16 handshakes at a time it sent TLB-flush
+// IPIs to the other CPU (flush_tlb_mm_range, smp_call_function_many_cond in a profile).
 func (m *DMB) Recommit(elastic bool) error {
 	d := m.dev
 	if elastic {
