@@ -98,21 +98,28 @@ func (f rawFd) Write(func(uintptr) bool) error { return syscall.EINVAL }
 // TestBindBeforeConnectPicksFreePorts: a dial binds a random odd port of the whole local
 // range, without SO_REUSEADDR. bind(0) with SO_REUSEADDR only ever gave ports of the
 // range's lower half, and once TIME_WAIT sockets held those, each bind scanned them all.
+// A bind falls back to bind(0) after 16 held ports, which a host whose odd ports are
+// nearly all taken (by TIME_WAIT sockets too) can make happen; the fallbacks are only
+// counted.
 func TestBindBeforeConnectPicksFreePorts(t *testing.T) {
 	r := localPorts()
 	half := r.low + (r.high+1-r.low)/2
 	for _, network := range []string{"tcp4", "tcp6"} {
-		upper := 0
+		random, upper := 0, 0
 		for range 200 {
 			port, reuse, _ := bindPort(t, network)
+			if reuse {
+				continue // the fallback
+			}
+			random++
 			p := int(port)
-			require.False(t, reuse, "%s: SO_REUSEADDR set on a socket bound to a free port", network)
 			require.True(t, p%2 == 1 && p >= r.low && p <= r.high && !r.reserved[p], "%s: port %d, range %d-%d", network, p, r.low, r.high)
 			if p >= half {
 				upper++
 			}
 		}
-		assert.Positive(t, upper, "%s: ports in the upper half of %d-%d, of 200", network, r.low, r.high)
+		require.Positive(t, random, "%s: binds to a random free port without SO_REUSEADDR, of 200", network)
+		assert.Positive(t, upper, "%s: ports in the upper half of %d-%d, of %d", network, r.low, r.high, random)
 	}
 }
 
@@ -205,7 +212,8 @@ func TestBindBeforeConnectConcurrent(t *testing.T) {
 }
 
 // BenchmarkBindBeforeConnectTimeWait is a dial's bind once 9,000 earlier dials that
-// closed first sit in TIME_WAIT (a minute each): about 150 such connections a second.
+// closed first sit in TIME_WAIT (a minute each): about 150 such connections a second. It
+// leaves them for that minute, which makes other binds of the host fall back more often.
 func BenchmarkBindBeforeConnectTimeWait(b *testing.B) {
 	ln := drainingListener(b)
 	d := net.Dialer{Control: func(network, _ string, rc syscall.RawConn) error {
