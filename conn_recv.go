@@ -735,14 +735,10 @@ func spinYield(ready func() bool, start *time.Time, span time.Duration, sp *spin
 // spinWith is spinYield with the test of the process's idleness and the way to give the
 // CPU away passed in, for tests to set.
 func spinWith(ready func() bool, start *time.Time, span time.Duration, sp *spinner, idle func() bool, giveWay func()) bool {
-	// Spinning pays off for the few connections a process is actively waiting on; with
-	// many waiting at once, the spins would only compete for the CPU. So a process spins
-	// on at most half its Ps at a time (at least one); other waiters sleep at once.
-	if uint32(spinners.Add(1+spinBegun)) > uint32(max(1, runtime.GOMAXPROCS(0)/2)) {
-		spinners.Add(^uint64(0))
+	if !beginSpin() {
 		return false
 	}
-	defer spinners.Add(^uint64(0))
+	defer endSpin()
 	if spinsStarved() {
 		return false
 	}
@@ -789,19 +785,18 @@ func spinWith(ready func() bool, start *time.Time, span time.Duration, sp *spinn
 }
 
 // busyPoll is the spin of Config.BusyPoll: it checks ready back to back for up to budget,
-// as the process asked, but like the default spin on at most half the Ps at once (at
-// least one), and it hands its P to any other goroutine of the process that waits to run
+// as the process asked, but like the default spin on at most half the Ps at once
+// (beginSpin), and it hands its P to any other goroutine of the process that waits to run
 // each time it looks at the clock, as the kernel's busy poll gives the CPU to a task that
 // needs it. Spins that held their Ps for the whole budget starved the rest of the process:
 // with 1 ms, an http.Transport's pooled connections (each waits for its next response)
 // brought 8 connections' GETs down to 2% of TCP's rate, gRPC unary calls to 2.3x TCP's
 // latency. spun reports whether it spun (a wait beyond the limit sleeps at once).
 func busyPoll(ready func() bool, budget time.Duration) (hit, spun bool) {
-	if uint32(spinners.Add(1+spinBegun)) > uint32(max(1, runtime.GOMAXPROCS(0)/2)) {
-		spinners.Add(^uint64(0))
+	if !beginSpin() {
 		return false, false
 	}
-	defer spinners.Add(^uint64(0))
+	defer endSpin()
 	end := time.Now().Add(budget)
 	for i := 1; ; i++ {
 		if ready() {
@@ -918,9 +913,26 @@ func (s *spinner) tightRanOut() {
 	}
 }
 
-// spinners: the low 32 bits count the goroutines of this process in spinYield; the high 32 count
-// the spins begun (spinsBegun), refused ones too, in the same atomic add.
+// spinners: the low 32 bits count the goroutines of this process in spinYield or
+// busyPoll; the high 32 count the spins begun (spinsBegun), refused ones too, in the same
+// atomic add.
 var spinners atomic.Uint64
+
+// beginSpin takes a spinner's place for a spin, or reports that there is none: spinning
+// pays off for the few connections a process is actively waiting on; with many waiting
+// at once, the spins would only compete for the CPU. So a process spins on at most half
+// its Ps at a time (at least one); other waiters sleep at once. A spin that began ends
+// with endSpin.
+func beginSpin() bool {
+	if uint32(spinners.Add(1+spinBegun)) > uint32(max(1, runtime.GOMAXPROCS(0)/2)) {
+		spinners.Add(^uint64(0))
+		return false
+	}
+	return true
+}
+
+// endSpin gives back the place beginSpin took.
+func endSpin() { spinners.Add(^uint64(0)) }
 
 // spinBegun is one spin begun in spinners.
 const spinBegun = 1 << 32

@@ -805,16 +805,14 @@ func TestBusyPollSpinsOnHalfThePs(t *testing.T) {
 			// wait again, skipping again.
 			cond, never = func() bool { return c.Stats().ReadWaits.SpinSkips >= 1 }, "never skipped its spin"
 		}
-		for end := time.Now().Add(watchdog); !cond(); runtime.Gosched() {
+		waitUntil(t, func() bool {
 			select {
 			case err := <-done:
 				t.Fatalf("a reader ended before the writes: %v", err)
 			default:
 			}
-			if time.Now().After(end) {
-				t.Fatalf("reader %d %s: spinning %d, its waits %+v", i, never, spinning(), c.Stats().ReadWaits)
-			}
-		}
+			return cond()
+		}, fmt.Sprintf("reader %d %s", i, never))
 	}
 	assert.Equal(t, uint32(2), spinning(), "spins at once with GOMAXPROCS 4")
 	for i, s := range servers {
