@@ -39,6 +39,13 @@ const (
 	// further chunks before it writes into them and may give back chunks it no longer
 	// needs. The peer reads it once, when it attaches the DMB.
 	WakeElastic uint64 = 1 << 2
+	// WakeCommitted is set by the peer in an elastic DMB's wake word before it first
+	// commits memory beyond the first ism.ElasticChunk. The owner reads it when it hands
+	// the DMB to a new connection: without it there is no memory beyond the first chunk
+	// to give back, and the owner does not look (ism.DMB.Recommit). A peer that commits
+	// without setting it keeps memory in the DMB across reuse, no more than the DMB's
+	// size (docs/SECURITY.md). Bit 5: beside the futex bits, below the sleep counter.
+	WakeCommitted uint64 = 1 << 5
 	// WakeReaderFutex and WakeWriterFutex announce a short sleep of the owner's reader
 	// or writer on the wake word's low 32 bits with futex(2), instead of on the doorbell:
 	// the peer, after a cursor update, clears the bit and wakes the word (FUTEX_WAKE);

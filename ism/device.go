@@ -197,6 +197,7 @@ type DMB struct {
 	peer        GID  // the only device that may attach it (RegisterDMBFor); zero: any
 	elastic     bool // only its first ElasticChunk is committed by the owner (elastic.go)
 	punches     int  // Recommit's punches of the memory beyond the first chunk (tests); dev.mu
+	looks       int  // Recommit's looks for memory beyond the first chunk (tests); dev.mu
 }
 
 // Token is the DMB's 64-bit token, sent to the peer in CLC Accept/Confirm.

@@ -6,3 +6,10 @@ func Punches(m *DMB) int {
 	defer m.dev.mu.Unlock()
 	return m.punches
 }
+
+// Looks reports how many times Recommit looked for memory of m beyond its first chunk.
+func Looks(m *DMB) int {
+	m.dev.mu.Lock()
+	defer m.dev.mu.Unlock()
+	return m.looks
+}

@@ -58,6 +58,9 @@ type Link struct {
 	txRing    []byte // the peer's ring, mapped
 	sndbuf    []byte // copy mode only; same size and offsets as txRing
 	txElastic bool   // the peer's DMB is elastic (cdc.WakeElastic): we commit what we write into
+	// txFlagged: cdc.WakeCommitted is set in the peer's DMB (CommitTx, before its first
+	// commit beyond unit 0).
+	txFlagged atomic.Bool
 
 	ringsSent, ringsSuppressed, sleeps, moves atomic.Uint64
 	futexSleeps, futexWakes                   atomic.Uint64
@@ -132,8 +135,14 @@ func (l *Link) Layout() datapath.Layout {
 }
 
 // CommitTx commits the memory of commit unit k of the peer's DMB, so that writing there
-// cannot fault; see ism.RemoteDMB.Commit.
+// cannot fault; see ism.RemoteDMB.Commit. Before the first commit beyond unit 0 it sets
+// cdc.WakeCommitted in the peer's wake word: the owner gives the memory back when it
+// reuses the DMB only if the flag says there is some.
 func (l *Link) CommitTx(k int) error {
+	if k > 0 && !l.txFlagged.Load() {
+		l.txA.OrWake(cdc.WakeCommitted)
+		l.txFlagged.Store(true)
+	}
 	return l.tx.Commit(k*ism.ElasticChunk, min(ism.ElasticChunk, l.tx.Size()-k*ism.ElasticChunk))
 }
 

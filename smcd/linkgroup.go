@@ -114,9 +114,12 @@ func (g *LinkGroup) GetDMB(size int, elastic bool) (*ism.DMB, bool, error) {
 		return nil, false, err
 	}
 	if reused {
-		// A reused DMB: elastic, it gives back what its last writer committed; fixed, it
-		// commits everything.
-		if err := m.Recommit(elastic); err != nil {
+		// A reused DMB: elastic, it gives back what its last writer committed (if the
+		// writer's flag, read before the reset, says it committed any); fixed, it commits
+		// everything.
+		committed := peerCommitted(m)
+		resetDMB(m)
+		if err := m.Recommit(elastic, committed); err != nil {
 			g.PutDMB(m, true)
 			return nil, false, err
 		}
@@ -132,7 +135,8 @@ func (g *LinkGroup) GetDMB(size int, elastic bool) (*ism.DMB, bool, error) {
 	return m, down, nil
 }
 
-// getDMB is GetDMB without the preparation; it reports whether m was reused.
+// getDMB is GetDMB without the preparation; it reports whether m was reused (its CDC
+// area still holds the last connection's).
 func (g *LinkGroup) getDMB(size int, elastic bool) (m *ism.DMB, reused, down bool, err error) {
 	register := g.dev.RegisterDMBPool
 	if elastic {
@@ -153,7 +157,6 @@ func (g *LinkGroup) getDMB(size int, elastic bool) (m *ism.DMB, reused, down boo
 	if m != nil {
 		g.mu.Unlock()
 		bufStats.rmbReuse.Add(1)
-		resetDMB(m)
 		return m, true, false, nil
 	}
 	g.mu.Unlock()
@@ -187,7 +190,6 @@ func (g *LinkGroup) downgrade(size int) *ism.DMB {
 		if m := g.takeFreeLocked(s); m != nil {
 			bufStats.rmbReuse.Add(1)
 			bufStats.rmbDowngrade.Add(1)
-			resetDMB(m)
 			return m
 		}
 	}
@@ -199,6 +201,14 @@ func (g *LinkGroup) downgrade(size int) *ism.DMB {
 // reader stops at the producer cursor, which starts at 0), and the only other process
 // mapping this DMB is the same peer that wrote or read them before.
 func resetDMB(m *ism.DMB) { clear(m.Bytes()[:cdc.AreaSize]) }
+
+// peerCommitted reports whether the last writer into m, an idle DMB, flagged that it
+// committed memory beyond the first ism.ElasticChunk (cdc.WakeCommitted). It is read
+// before resetDMB clears the flag.
+func peerCommitted(m *ism.DMB) bool {
+	a, err := cdc.NewArea(m.Bytes())
+	return err != nil || a.LoadWake()&cdc.WakeCommitted != 0
+}
 
 func (g *LinkGroup) takeFreeLocked(size int) *ism.DMB {
 	list := g.free[size]

@@ -821,3 +821,58 @@ func TestFindOrCreateSkipsTerminating(t *testing.T) {
 		g.Terminate(false)
 	}
 }
+
+// TestElasticReuseGivesBackWhatTheWriterFlagged: a writer sets cdc.WakeCommitted in an
+// elastic DMB before its first commit beyond the first chunk, and the owner, reusing the
+// DMB, gives that memory back (the writer's bytes read as zeros) and clears the flag. A
+// writer that committed nothing beyond the first chunk leaves no flag, and the owner does
+// not look: memory committed without the flag (a peer that lies) stays across the reuse.
+func TestElasticReuseGivesBackWhatTheWriterFlagged(t *testing.T) {
+	const size = 1 << 20
+	p := newPair(t, ism.Config{}, ism.Config{})
+	rxB := getDMB(t, p.gB, ism.MinDMBSize)
+	t.Cleanup(func() { p.gB.PutDMB(rxB, true) })
+	// connect hands A's elastic DMB to a writer on B, as a handshake does.
+	connect := func() (*ism.DMB, *ism.RemoteDMB, *smcd.Link) {
+		t.Helper()
+		m, down, err := p.gA.GetDMB(size, true)
+		require.NoError(t, err)
+		require.False(t, down)
+		tx, err := p.gB.Attach(m.Token(), m.Size())
+		require.NoError(t, err)
+		lb, err := smcd.New(p.gB, rxB, tx, false)
+		require.NoError(t, err)
+		require.Equal(t, ism.ElasticChunk, lb.Layout().TxUnit, "the writer sees an elastic DMB")
+		return m, tx, lb
+	}
+	flagged := func(m *ism.DMB) bool { return area(t, m.Bytes()).LoadWake()&cdc.WakeCommitted != 0 }
+	done := func(m *ism.DMB, tx *ism.RemoteDMB) {
+		p.gB.Release(tx)
+		p.gA.PutDMB(m, true)
+	}
+	const unit3, unit5 = 3 * ism.ElasticChunk, 5 * ism.ElasticChunk
+
+	m, tx, lb := connect()
+	require.NoError(t, lb.CommitTx(0))
+	assert.False(t, flagged(m), "a commit of unit 0 flags nothing")
+	require.NoError(t, lb.CommitTx(3))
+	assert.True(t, flagged(m), "flagged by the first commit beyond unit 0")
+	tx.Bytes()[unit3] = 0xA5
+	done(m, tx)
+
+	again, tx, lb := connect()
+	require.Same(t, m, again, "the idle DMB is reused")
+	assert.False(t, flagged(m), "the reuse clears the flag")
+	assert.Zero(t, m.Bytes()[unit3], "the flagged commit was given back")
+	// Only unit 0 through the link; then a commit that bypasses it, unflagged.
+	require.NoError(t, lb.CommitTx(0))
+	require.NoError(t, tx.Commit(unit5, ism.ElasticChunk))
+	tx.Bytes()[unit5] = 0x5A
+	assert.False(t, flagged(m))
+	done(m, tx)
+
+	again, tx, _ = connect()
+	require.Same(t, m, again)
+	assert.Equal(t, byte(0x5A), m.Bytes()[unit5], "memory committed without the flag stays")
+	done(m, tx)
+}
