@@ -450,6 +450,9 @@ func (p *Proposal) parseV2Ext(msg []byte) (int, error) {
 	if err := span(msg, x+v2ExtLen, EIDLen*k, "eid_cnt"); err != nil {
 		return 0, err
 	}
+	if k > 0 {
+		p.UEIDs = make([][EIDLen]byte, 0, k)
+	}
 	for i := 0; i < k; i++ {
 		var eid [EIDLen]byte
 		off := x + v2ExtLen + EIDLen*i
@@ -473,6 +476,9 @@ func (p *Proposal) parseV2Ext(msg []byte) (int, error) {
 		return 0, err
 	}
 	copy(p.SEID[:], msg[y:y+EIDLen])
+	if m > 0 {
+		p.ISMv2 = make([]GIDCHID, 0, m)
+	}
 	for i := 0; i < m; i++ {
 		off := y + smcdV2ExtLen + gidCHIDLen*i
 		p.ISMv2 = append(p.ISMv2, GIDCHID{

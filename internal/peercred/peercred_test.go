@@ -53,6 +53,29 @@ func TestTCPPeerSameProcess(t *testing.T) {
 	}
 }
 
+// TestTCPPeerDoesNotAllocate: a look-up, once the pool holds a socket, allocates nothing
+// (no socket address per request or reply): it runs twice per short-lived connection.
+func TestTCPPeerDoesNotAllocate(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	cc, err := net.Dial("tcp4", ln.Addr().String())
+	require.NoError(t, err)
+	defer cc.Close()
+	sc, err := ln.Accept()
+	require.NoError(t, err)
+	defer sc.Close()
+	local, remote := addrPort(cc.LocalAddr()), addrPort(cc.RemoteAddr())
+	var lookErr error
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := TCPPeer(local, remote); err != nil {
+			lookErr = err
+		}
+	})
+	require.NoError(t, lookErr)
+	assert.Zero(t, allocs, "allocations per look-up")
+}
+
 // TestTCPPeerGone reports ErrNoSocket for a four-tuple no socket has.
 func TestTCPPeerGone(t *testing.T) {
 	_, err := TCPPeer(netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:2"))

@@ -55,9 +55,13 @@ func getDiag() (*diagConn, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("socket(NETLINK_SOCK_DIAG)", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	// Connected to the kernel (port 0), requests and replies go by write and read, with no
+	// socket address to allocate per call. Only the kernel and CAP_NET_ADMIN can send to a
+	// NETLINK_SOCK_DIAG socket of ours (the family lacks NL_CFG_F_NONROOT_SEND), so no
+	// other user can queue a reply; parse also matches the request's sequence number.
+	if err := unix.Connect(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
-		return nil, os.NewSyscallError("bind(NETLINK_SOCK_DIAG)", err)
+		return nil, os.NewSyscallError("connect(NETLINK_SOCK_DIAG)", err)
 	}
 	return &diagConn{fd: fd}, nil
 }
@@ -113,18 +117,18 @@ func (d *diagConn) lookup(src, dst netip.AddrPort) (Socket, error) {
 	putAddr(id[20:36], dst.Addr(), family)
 	ne.PutUint32(id[40:], 0xffffffff) // INET_DIAG_NOCOOKIE
 	ne.PutUint32(id[44:], 0xffffffff)
-	if err := unix.Sendto(d.fd, req[:], 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return Socket{}, os.NewSyscallError("sendto(NETLINK_SOCK_DIAG)", err)
+	if _, err := unix.Write(d.fd, req[:]); err != nil {
+		return Socket{}, os.NewSyscallError("write(NETLINK_SOCK_DIAG)", err)
 	}
-	// The kernel answers a single-socket request while handling the sendto, so the reply
-	// is queued by now: the receive never waits.
+	// The kernel answers a single-socket request while handling the write, so the reply
+	// is queued by now: the read (of a non-blocking socket) never waits.
 	for {
-		n, _, err := unix.Recvfrom(d.fd, d.buf[:], unix.MSG_DONTWAIT)
+		n, err := unix.Read(d.fd, d.buf[:])
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return Socket{}, os.NewSyscallError("recvfrom(NETLINK_SOCK_DIAG)", err)
+			return Socket{}, os.NewSyscallError("read(NETLINK_SOCK_DIAG)", err)
 		}
 		s, done, err := d.parse(d.buf[:n])
 		if done || err != nil {
