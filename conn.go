@@ -184,22 +184,33 @@ type flusherState struct {
 }
 
 // deadline stores a deadline as Unix nanoseconds (0 = none), and whether it has passed,
-// for lock-free checks: one timer per direction, armed by set and reused, raises passed
-// when the time comes. It reaches the doorbell only when a wait sleeps on it
-// (applyDeadline): a connection whose reads and writes never sleep never arms the
-// doorbell's timer.
+// for the I/O calls' check (check). The check reads the clock only while no timer
+// watches the deadline: set arms none, and the check arms the direction's one timer
+// (reused) once armAfter calls have looked under the same deadline; from then on the timer
+// raises passed when the time comes and the calls look at the flag alone, as Go's poller
+// does with its own deadlines (the clock costs a call its price again on a VM:
+// BenchmarkCallCost/copy-deadline). A connection that makes a call or two per deadline, a
+// short-lived one or a server that sets one per request, never arms a timer, which cost
+// more than the clock (time.AfterFunc and the timer heap's lock: 2 µs per short-lived
+// connection). It reaches the doorbell only when a wait sleeps on it (applyDeadline): a
+// connection whose reads and writes never sleep never arms the doorbell's timer.
 type deadline struct {
 	ns atomic.Int64
 	// passed says the deadline's time has come: set at once by set for a time already
-	// past, else by timer when it fires. The I/O calls check it instead of reading the
-	// clock at every call, as Go's poller does with its own deadlines; a wait reads the
-	// clock (expired) before it sleeps.
+	// past, else by timer when it fires; the check also finds it by the clock while no
+	// timer is armed, and a wait reads the clock (expired) before it sleeps.
 	passed atomic.Bool
-	tmu    sync.Mutex // serialises set, stop and the timer's fire
+	armed  atomic.Bool  // timer is armed for the deadline in ns (under tmu to change)
+	looks  atomic.Int32 // checks that read the clock under the deadline in ns
+	tmu    sync.Mutex   // serialises set, arm, stop and the timer's fire
 	timer  *time.Timer
-	closed bool       // stop ran: set arms no timer (a SetDeadline racing Close), under tmu
+	closed bool       // stop ran: no timer is armed again (a SetDeadline racing Close), under tmu
 	mu     sync.Mutex // serialises applying it to the doorbell
 }
+
+// armAfter is how many checks under one deadline read the clock (37 ns each on the VM of
+// docs/HISTORY.md) before the check arms the timer (about 1 µs) to look at a flag instead.
+const armAfter = 8
 
 func (d *deadline) time() time.Time {
 	if ns := d.ns.Load(); ns != 0 {
@@ -214,15 +225,47 @@ func (d *deadline) set(t time.Time) {
 	if d.timer != nil {
 		d.timer.Stop()
 	}
+	d.armed.Store(false)
+	d.looks.Store(0)
 	if t.IsZero() {
 		d.ns.Store(0)
 		d.passed.Store(false)
 		return
 	}
 	d.ns.Store(t.UnixNano())
-	left := time.Until(t)
-	d.passed.Store(left <= 0)
-	if left <= 0 || d.closed {
+	d.passed.Store(!time.Now().Before(t))
+}
+
+// check reports whether the deadline has passed, for a Read or Write as it begins. While
+// a deadline is set and no timer watches it, it reads the clock, and the armAfter-th such
+// look arms the timer.
+func (d *deadline) check() bool {
+	if d.passed.Load() {
+		return true
+	}
+	ns := d.ns.Load()
+	if ns == 0 || d.armed.Load() {
+		return false
+	}
+	if time.Now().UnixNano() >= ns {
+		return true
+	}
+	if d.looks.Add(1) == armAfter {
+		d.arm(ns)
+	}
+	return false
+}
+
+// arm arms the timer for the deadline ns, unless set has moved it since or stop ran.
+func (d *deadline) arm(ns int64) {
+	d.tmu.Lock()
+	defer d.tmu.Unlock()
+	if d.closed || d.armed.Load() || d.ns.Load() != ns {
+		return
+	}
+	left := time.Until(time.Unix(0, ns))
+	if left <= 0 {
+		d.passed.Store(true)
 		return
 	}
 	if d.timer == nil {
@@ -230,15 +273,19 @@ func (d *deadline) set(t time.Time) {
 	} else {
 		d.timer.Reset(left)
 	}
+	d.armed.Store(true)
 }
 
-// fire marks the deadline passed if its time has come: a timer that fires after set
-// moved the deadline (Stop does not wait for a fire already running) finds the new one.
+// fire marks the deadline passed if its time has come. A timer that fires after set
+// moved the deadline (Stop does not wait for a fire already running), or early by the
+// wall clock, leaves the deadline to the clock: the check reads it again.
 func (d *deadline) fire() {
 	d.tmu.Lock()
 	defer d.tmu.Unlock()
 	if d.expired() {
 		d.passed.Store(true)
+	} else {
+		d.armed.Store(false)
 	}
 }
 
@@ -250,6 +297,7 @@ func (d *deadline) stop() {
 	if d.timer != nil {
 		d.timer.Stop()
 	}
+	d.armed.Store(false)
 }
 
 // expired reads the clock: whether the deadline has passed now.

@@ -113,7 +113,7 @@ func (c *Conn) receive(skip int, consume func(ring []byte) int) (int, error) {
 		if err := c.stopErr(); err != nil {
 			return 0, c.opError("read", err)
 		}
-		if c.rx.deadline.passed.Load() {
+		if c.rx.deadline.check() {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		// Order matters: liveness, then flags, then the producer cursor. The peer

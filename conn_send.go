@@ -250,7 +250,7 @@ func (c *Conn) sendable() error {
 	if c.tx.shut.Load() {
 		return c.opError("write", ErrWriteShutdown)
 	}
-	if c.tx.deadline.passed.Load() {
+	if c.tx.deadline.check() {
 		return c.opError("write", os.ErrDeadlineExceeded)
 	}
 	return nil

@@ -128,8 +128,8 @@ func TestDeadlines(t *testing.T) {
 }
 
 // TestDeadlinePassesWithDataWaiting: Read and Write check a flag that set raises at once
-// for a time already past and a timer raises later (not the clock, which costs a call its
-// price again on a VM: BenchmarkCallCost/copy-deadline). Once either raised it, a Read
+// for a time already past, the clock while no timer watches the deadline, and the flag
+// that the timer raises once one does (armDeadline). Once the deadline passed, a Read
 // fails though the bytes are there, as on Go's own connections; a cleared deadline reads
 // them, every byte.
 func TestDeadlinePassesWithDataWaiting(t *testing.T) {
@@ -143,13 +143,17 @@ func TestDeadlinePassesWithDataWaiting(t *testing.T) {
 	_, err = s.Read(make([]byte, 7))
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a deadline already past fails the Read at once")
 
+	// No timer: the Read finds the deadline passed by the clock.
 	require.NoError(t, s.SetReadDeadline(time.Now().Add(time.Millisecond)))
-	require.Eventually(t, s.rx.deadline.passed.Load, 10*time.Second, time.Millisecond, "the timer marks the deadline passed")
+	require.Eventually(t, s.rx.deadline.expired, 10*time.Second, time.Millisecond)
 	_, err = s.Read(make([]byte, 7))
-	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a deadline the timer marked fails the Read")
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a deadline the clock says passed fails the Read")
+	assert.Nil(t, s.rx.deadline.timer, "no timer for a deadline looked at once")
 
-	require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Millisecond)))
-	require.Eventually(t, c.tx.deadline.passed.Load, 10*time.Second, time.Millisecond)
+	// A timer: it raises the flag.
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Second)))
+	armDeadline(t, &c.tx.deadline)
+	require.Eventually(t, c.tx.deadline.passed.Load, 10*time.Second, time.Millisecond, "the timer marks the deadline passed")
 	_, err = c.Write([]byte("x"))
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a write deadline the timer marked fails the Write")
 
@@ -161,6 +165,57 @@ func TestDeadlinePassesWithDataWaiting(t *testing.T) {
 	_, err = io.ReadFull(s, got)
 	require.NoError(t, err)
 	assert.Equal(t, "smcloop", string(got))
+}
+
+// armDeadline makes the checks of an I/O call armAfter times, so that d arms its timer.
+func armDeadline(t *testing.T, d *deadline) {
+	t.Helper()
+	for range armAfter {
+		require.False(t, d.check(), "deadline passed before its timer was armed")
+	}
+	require.True(t, d.armed.Load(), "armed after %d checks", armAfter)
+	require.NotNil(t, d.timer)
+}
+
+// TestDeadlineArmsItsTimerOnlyForBusyConnections: SetDeadline arms no timer (that cost a
+// short-lived connection 2 µs); the calls read the clock, and the armAfter-th Write under
+// one deadline at the latest arms the timer, which the next SetDeadline stops. Reads of a deadline that
+// passed with no timer armed fail as before.
+func TestDeadlineArmsItsTimerOnlyForBusyConnections(t *testing.T) {
+	c, s := pipe(t, Config{}, Config{})
+	defer c.Close()
+	defer s.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(time.Hour)))
+	require.NoError(t, s.SetDeadline(time.Now().Add(time.Hour)))
+	assert.Nil(t, c.tx.deadline.timer, "no timer at SetDeadline")
+	for i := range armAfter {
+		_, err := c.Write([]byte{byte(i)})
+		require.NoError(t, err)
+		if i == 0 {
+			assert.False(t, c.tx.deadline.armed.Load(), "armed after one Write (%d checks)", c.tx.deadline.looks.Load())
+		}
+	}
+	// A Write checks once or twice (sendable); armAfter Writes check at least armAfter times.
+	assert.True(t, c.tx.deadline.armed.Load(), "armed after %d Writes", armAfter)
+	got := make([]byte, armAfter)
+	_, err := io.ReadFull(s, got)
+	require.NoError(t, err)
+	for i, b := range got {
+		require.Equal(t, byte(i), b)
+	}
+	assert.False(t, s.rx.deadline.armed.Load(), "a reader that made %d checks", s.rx.deadline.looks.Load())
+
+	timer := c.tx.deadline.timer
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(2*time.Hour)))
+	assert.False(t, c.tx.deadline.armed.Load(), "a new deadline starts unarmed")
+	assert.False(t, timer.Stop(), "the new deadline stopped the old one's timer")
+	assert.Zero(t, c.tx.deadline.looks.Load())
+
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Millisecond)))
+	require.Eventually(t, c.tx.deadline.expired, 10*time.Second, time.Millisecond)
+	_, err = c.Write([]byte("x"))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	assert.False(t, c.tx.deadline.armed.Load())
 }
 
 // TestDeadlineTimerFindsTheNewDeadline: a timer that fires for a deadline set moved
@@ -182,8 +237,8 @@ func TestCloseStopsDeadlineTimers(t *testing.T) {
 	c, s := pipe(t, Config{}, Config{})
 	defer s.Close()
 	require.NoError(t, c.SetDeadline(time.Now().Add(time.Hour)))
-	require.NotNil(t, c.rx.deadline.timer)
-	require.NotNil(t, c.tx.deadline.timer)
+	armDeadline(t, &c.rx.deadline)
+	armDeadline(t, &c.tx.deadline)
 	require.NoError(t, c.Close())
 	assert.False(t, c.rx.deadline.timer.Stop(), "Close stopped the read deadline's timer")
 	assert.False(t, c.tx.deadline.timer.Stop(), "Close stopped the write deadline's timer")
@@ -193,6 +248,9 @@ func TestCloseStopsDeadlineTimers(t *testing.T) {
 	var d deadline
 	d.stop()
 	d.set(time.Now().Add(time.Hour))
+	for range 2 * armAfter {
+		d.check()
+	}
 	assert.Nil(t, d.timer, "no timer after stop")
 	d.set(time.Now().Add(-time.Second))
 	assert.True(t, d.passed.Load(), "a past deadline still marks passed")
