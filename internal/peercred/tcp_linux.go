@@ -39,6 +39,7 @@ type Socket struct {
 type diagConn struct {
 	fd  int
 	seq uint32
+	req [nlmsgHdrLen + diagReqLen]byte
 	buf [4096]byte
 }
 
@@ -100,7 +101,8 @@ func (d *diagConn) lookup(src, dst netip.AddrPort) (Socket, error) {
 		family = unix.AF_INET
 	}
 	d.seq++
-	var req [nlmsgHdrLen + diagReqLen]byte
+	req := &d.req // in d: a request on the stack escapes under the race detector
+	clear(req[:])
 	ne := binary.NativeEndian
 	ne.PutUint32(req[0:], uint32(len(req)))
 	ne.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)
