@@ -56,15 +56,7 @@ func TestTCPPeerSameProcess(t *testing.T) {
 // TestTCPPeerDoesNotAllocate: a look-up, once the pool holds a socket, allocates nothing
 // (no socket address per request or reply): it runs twice per short-lived connection.
 func TestTCPPeerDoesNotAllocate(t *testing.T) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	cc, err := net.Dial("tcp4", ln.Addr().String())
-	require.NoError(t, err)
-	defer cc.Close()
-	sc, err := ln.Accept()
-	require.NoError(t, err)
-	defer sc.Close()
+	cc := loopbackConn(t)
 	local, remote := addrPort(cc.LocalAddr()), addrPort(cc.RemoteAddr())
 	var lookErr error
 	allocs := testing.AllocsPerRun(100, func() {
@@ -121,13 +113,24 @@ func TestParseUIDs(t *testing.T) {
 	assert.Error(t, err)
 }
 
-func BenchmarkTCPPeer(b *testing.B) {
+// loopbackConn returns the client end of a TCP connection over 127.0.0.1, accepted; both
+// ends close when the test ends.
+func loopbackConn(t testing.TB) net.Conn {
+	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(b, err)
+	require.NoError(t, err)
 	defer ln.Close()
-	cc, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(b, err)
-	defer cc.Close()
+	cc, err := net.Dial("tcp4", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { cc.Close() })
+	sc, err := ln.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { sc.Close() })
+	return cc
+}
+
+func BenchmarkTCPPeer(b *testing.B) {
+	cc := loopbackConn(b)
 	for b.Loop() {
 		if _, err := TCPPeer(addrPort(cc.LocalAddr()), addrPort(cc.RemoteAddr())); err != nil {
 			b.Fatal(err)
