@@ -115,14 +115,14 @@ func (g *LinkGroup) GetDMB(size int, elastic bool) (*ism.DMB, bool, error) {
 	}
 	if reused {
 		// A reused DMB: elastic, it gives back what its last writer committed (if the
-		// writer's flag, read before the reset, says it committed any); fixed, it commits
-		// everything.
-		committed := peerCommitted(m)
-		resetDMB(m)
-		if err := m.Recommit(elastic, committed); err != nil {
+		// writer's flag says it committed any); fixed, it commits everything. The CDC
+		// area, flag included, is reset once that is done: a DMB that goes back idle
+		// after a failure keeps the flag for its next reuse.
+		if err := m.Recommit(elastic, peerCommitted(m)); err != nil {
 			g.PutDMB(m, true)
 			return nil, false, err
 		}
+		resetDMB(m)
 	}
 	if elastic {
 		a, err := cdc.NewArea(m.Bytes())
