@@ -373,6 +373,8 @@ func (r *Report) writeTable(out io.Writer, wls []workload) {
 			num(s.Median["ops_per_s"]), num(s.Median["dial_p50_us"]), num(s.Median["dial_max_us"]), modes(s.ServerModes))
 	}
 	tw.Flush()
+	fmt.Fprintf(out, "\n  req/s: the round's %d requests from a new http.Transport, its dials included (about 10 ms): a cold\n", connProbeWorkers*connProbeRequests)
+	fmt.Fprintf(out, "  start, not a steady rate; the GET tables above measure the steady state of kept connections\n")
 
 	if slices.ContainsFunc(r.Transports, smc) {
 		fmt.Fprintf(out, "\nSMCLOOP COUNTERS  Conn.Stats() per operation over the measured interval, client/server, median of rounds\n\n")
