@@ -57,9 +57,11 @@ func getDiag() (*diagConn, error) {
 		return nil, os.NewSyscallError("socket(NETLINK_SOCK_DIAG)", err)
 	}
 	// Connected to the kernel (port 0), requests and replies go by write and read, with no
-	// socket address to allocate per call. Only the kernel and CAP_NET_ADMIN can send to a
-	// NETLINK_SOCK_DIAG socket of ours (the family lacks NL_CFG_F_NONROOT_SEND), so no
-	// other user can queue a reply; parse also matches the request's sequence number.
+	// socket address to allocate per call. A connected netlink socket takes unicast only
+	// from its peer (netlink_getsockbyportid refuses any other sender), and sending to
+	// another process's NETLINK_SOCK_DIAG socket needs CAP_NET_ADMIN anyway (the family
+	// lacks NL_CFG_F_NONROOT_SEND): no other process can queue a reply. parse also
+	// matches the request's sequence number.
 	if err := unix.Connect(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
 		return nil, os.NewSyscallError("connect(NETLINK_SOCK_DIAG)", err)
