@@ -179,8 +179,8 @@ func armDeadline(t *testing.T, d *deadline) {
 
 // TestDeadlineArmsItsTimerOnlyForBusyConnections: SetDeadline arms no timer (that cost a
 // short-lived connection 2 µs); the calls read the clock, and the armAfter-th Write under
-// one deadline at the latest arms the timer, which the next SetDeadline stops. Reads of a deadline that
-// passed with no timer armed fail as before.
+// one deadline at the latest arms the timer, which the next SetDeadline stops. A Write
+// under a deadline that passed with no timer armed fails as before.
 func TestDeadlineArmsItsTimerOnlyForBusyConnections(t *testing.T) {
 	c, s := pipe(t, Config{}, Config{})
 	defer c.Close()
