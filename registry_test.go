@@ -1,7 +1,6 @@
 package smcloop
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
@@ -177,65 +176,4 @@ func TestRegistryHoldsConnsWeakly(t *testing.T) {
 	require.Nil(t, e.conn.Value(), "the dropped connection is still reachable")
 	_, ok := findConn(connInfos(), local)
 	assert.False(t, ok)
-}
-
-// TestAddConnStatsMatchesStats: the totals a closed connection adds, read from its
-// counters, are those its Stats reports, for an SMC connection that wrote, read and waited
-// and for a fallback.
-func TestAddConnStatsMatchesStats(t *testing.T) {
-	fromStats := func(c *Conn) introspect.Stats {
-		var s introspect.Stats
-		st := c.Stats()
-		s.TxBytes, s.RxBytes, s.TxCalls, s.RxCalls = st.SMCBytesSent, st.SMCBytesRecv, st.SMCWrites, st.SMCReads
-		s.TCPTxBytes, s.TCPRxBytes = st.TCPBytesSent, st.TCPBytesRecv
-		s.CorkPushes, s.NoDelayPushes, s.SendfileCalls = st.CorkPushes, st.NoDelayPushes, st.SendfileCalls
-		s.RingsSent, s.RingsSuppressed = st.RingsSent, st.RingsSuppressed
-		s.BufFull, s.BufFullPeer = c.meter.rxFull.Load(), c.meter.txFull.Load()
-		s.ReadWaits.Add(st.ReadWaits.introspected())
-		s.WriteWaits.Add(st.WriteWaits.introspected())
-		s.DoorbellSleeps, s.FutexSleeps, s.FutexWakes = st.Sleeps, st.FutexSleeps, st.FutexWakes
-		c.meter.rxSizes.addTo(&s.RxSizes)
-		c.meter.txSizes.addTo(&s.TxSizes)
-		return s
-	}
-	check := func(t *testing.T, c *Conn) {
-		t.Helper()
-		var got introspect.Stats
-		addConnStats(&got, c)
-		assert.Equal(t, fromStats(c), got)
-	}
-
-	c, s := pipe(t, Config{}, Config{})
-	defer c.Close()
-	defer s.Close()
-	done := make(chan []byte)
-	go func() { // a reader that may wait for its bytes
-		b := make([]byte, 5000)
-		_, err := io.ReadFull(s, b)
-		assert.NoError(t, err)
-		done <- b
-	}()
-	for i := range 5 {
-		_, err := c.Write(bytes.Repeat([]byte{byte(i)}, 1000))
-		require.NoError(t, err)
-	}
-	b := <-done
-	for i := range 5 {
-		require.Equal(t, bytes.Repeat([]byte{byte(i)}, 1000), b[i*1000:(i+1)*1000])
-	}
-	require.True(t, c.UsingSMC())
-	require.NotZero(t, s.Stats().SMCReads)
-	check(t, c)
-	check(t, s)
-
-	plain, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer plain.Close()
-	f, err := Dial("tcp", plain.Addr().String())
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = f.Write([]byte("fallback"))
-	require.NoError(t, err)
-	require.False(t, f.UsingSMC())
-	check(t, f)
 }
